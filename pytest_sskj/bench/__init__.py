@@ -1,0 +1,1 @@
+"""bench subsystem of pytest-sskj."""

@@ -1,0 +1,1 @@
+"""gpu subsystem of pytest-sskj."""

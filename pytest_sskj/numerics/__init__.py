@@ -1,0 +1,1 @@
+"""numerics subsystem of pytest-sskj."""

@@ -1,0 +1,205 @@
+"""Value parsers for option strings: sizes (``16K``), integer lists, node lists, backend lists.
+
+Every parser is a pure function ``str -> value`` that raises :class:`ValueError` whose message
+says what was wrong and what is accepted.  :mod:`pytest_sskj.settings` turns those into
+``pytest.UsageError`` naming the source (command line, ``SSKJ_*`` variable, ini key or profile).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "expand_nodes",
+    "parse_bool",
+    "parse_int",
+    "parse_int_list",
+    "parse_name_list",
+    "parse_positive_float",
+    "parse_size",
+    "parse_size_list",
+]
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+_SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024}
+
+
+def parse_size(text: str, *, minimum: int = 1) -> int:
+    """Parse a token count such as ``4096``, ``8K`` or ``16k`` (K = 1024).
+
+    >>> parse_size("16K")
+    16384
+    """
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a size; accepted: an integer with an optional K or M suffix (4096, 8K, 16k)")
+    value = int(m.group(1)) * _SUFFIX[m.group(2).lower()]
+    if value < minimum:
+        raise ValueError(f"{text!r} must be at least {minimum}")
+    return value
+
+
+def parse_int(text: str, *, minimum: int = 1) -> int:
+    """Parse one integer that is at least ``minimum``."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer") from None
+    if value < minimum:
+        raise ValueError(f"{value} must be at least {minimum}")
+    return value
+
+
+def parse_positive_float(text: str) -> float:
+    """Parse a float that is greater than zero (``inf`` allowed)."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise ValueError(f"{text!r} must be greater than 0")
+    return value
+
+
+def parse_bool(text: str) -> bool:
+    """Parse ``1/0``, ``true/false``, ``yes/no``, ``on/off``."""
+    t = str(text).strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{text!r} is not a boolean; accepted: 1/0, true/false, yes/no, on/off")
+
+
+def _split(text: str | Sequence[str]) -> list[str]:
+    items = text.split(",") if isinstance(text, str) else [str(t) for t in text]
+    out = [t.strip() for t in items if str(t).strip()]
+    return out
+
+
+def parse_size_list(text: str | Sequence[str]) -> tuple[int, ...]:
+    """Parse ``4096,8K,16k`` into ``(4096, 8192, 16384)``; order kept, duplicates refused."""
+    items = _split(text)
+    if not items:
+        raise ValueError("the list is empty; give at least one size, e.g. 4K,8K,16K")
+    values = tuple(parse_size(t) for t in items)
+    if len(set(values)) != len(values):
+        raise ValueError(f"{','.join(items)!r} lists a size twice")
+    return values
+
+
+def parse_int_list(text: str | Sequence[str], *, minimum: int = 1) -> tuple[int, ...]:
+    """Parse ``8,16`` into ``(8, 16)``; every value at least ``minimum``, no duplicates."""
+    items = _split(text)
+    if not items:
+        raise ValueError("the list is empty; give at least one integer, e.g. 8,16")
+    values = tuple(parse_int(t, minimum=minimum) for t in items)
+    if len(set(values)) != len(values):
+        raise ValueError(f"{','.join(items)!r} lists a value twice")
+    return values
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def parse_name_list(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Parse ``marlin,flashinfer_mxfp4`` into a tuple of names (letters, digits, ``_ . -``)."""
+    items = _split(text)
+    if not items:
+        raise ValueError("the list is empty; give at least one name")
+    for t in items:
+        if not _NAME_RE.match(t):
+            raise ValueError(f"{t!r} is not a valid name (letters, digits, '_', '.', '-')")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{','.join(items)!r} lists a name twice")
+    return tuple(items)
+
+
+_RANGE_RE = re.compile(r"^([A-Za-z._-]*?)(\d+)-([A-Za-z._-]*?)(\d+)$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+
+
+def _load_inventory(path: Path) -> list[str]:
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    if not path.is_file():
+        raise ValueError(f"inventory file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"inventory file {str(path)!r} is not valid TOML: {exc}") from None
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise ValueError(f"inventory file {str(path)!r} needs a non-empty list 'nodes = [\"601\", ...]'")
+    out: list[str] = []
+    for n in nodes:
+        if isinstance(n, dict):
+            host = n.get("host")
+            if not isinstance(host, str):
+                raise ValueError(f"inventory file {str(path)!r}: every table in 'nodes' needs a 'host' string")
+            out.append(host)
+        else:
+            out.append(str(n))
+    return out
+
+
+def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: Path | None = None) -> tuple[str, ...]:
+    """Expand a node list into host names; node 0 of the result is rank 0.
+
+    Accepted forms (comma separated, mixed freely): ``601-604``, ``601,603``, ``gpu601-gpu604``,
+    plain host names, and ``@inventory.toml`` (a TOML file with ``nodes = ["601", ...]``).
+    Bare numbers are passed through ``template`` (``"{}"`` keeps them as they are; ``"gpu{}"``
+    turns ``601`` into ``gpu601``); names that carry letters are used verbatim.
+
+    >>> expand_nodes("601-603")
+    ('601', '602', '603')
+    >>> expand_nodes("601,603", template="node{}.lan")
+    ('node601.lan', 'node603.lan')
+    """
+    if "{}" not in template:
+        raise ValueError(f"node template {template!r} must contain '{{}}' where the node number goes")
+    items = _split(text)
+    if not items:
+        raise ValueError("the node list is empty; give e.g. 601-604, 601,603, gpu601-gpu604 or @inventory.toml")
+    hosts: list[str] = []
+    for item in items:
+        if item.startswith("@"):
+            path = Path(item[1:])
+            if base_dir is not None and not path.is_absolute():
+                path = base_dir / path
+            hosts.extend(_load_inventory(path))
+            continue
+        m = _RANGE_RE.match(item)
+        if m:
+            p1, a, p2, b = m.group(1), m.group(2), m.group(3), m.group(4)
+            if p2 and p2 != p1:
+                raise ValueError(f"range {item!r} mixes prefixes {p1!r} and {p2!r}; write e.g. gpu601-gpu604")
+            lo, hi = int(a), int(b)
+            if lo > hi:
+                raise ValueError(f"range {item!r} runs backwards; write it low-high, e.g. {b}-{a}")
+            if hi - lo >= 4096:
+                raise ValueError(f"range {item!r} expands to more than 4096 nodes")
+            width = len(a) if a.startswith("0") else 0
+            for n in range(lo, hi + 1):
+                num = str(n).zfill(width)
+                hosts.append(p1 + num if p1 else template.format(num))
+            continue
+        if item.isdigit():
+            hosts.append(template.format(item))
+            continue
+        if not _HOST_RE.match(item):
+            raise ValueError(
+                f"{item!r} is neither a node number, a range (601-604, gpu601-gpu604), a host name nor @file.toml"
+            )
+        hosts.append(item)
+    seen: set[str] = set()
+    dupes = [h for h in hosts if h in seen or seen.add(h)]  # type: ignore[func-returns-value]
+    if dupes:
+        raise ValueError(f"node list names {', '.join(sorted(set(dupes)))} more than once")
+    return tuple(hosts)

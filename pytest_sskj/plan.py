@@ -1,0 +1,56 @@
+"""The dry-run plan: the collected test matrix and, for every server spec, each node's exact command."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from pytest_sskj.server.spec import ServerSpec, node_commands, spec_from_settings
+from pytest_sskj.settings import Settings
+
+__all__ = ["plan_lines", "planned_specs"]
+
+
+def planned_specs(settings: Settings) -> list[ServerSpec]:
+    """Every distinct server spec the matrix would launch, in launch order (backend-major)."""
+    specs: list[ServerSpec] = []
+    for chunk in settings.chunks:
+        for backend in settings.backends:
+            spec = spec_from_settings(settings, backend=backend, chunk=chunk)
+            if spec not in specs:
+                specs.append(spec)
+    return specs
+
+
+def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest.Item]) -> list[str]:
+    """The plan as printable lines (no secrets: environment values of secret names are redacted)."""
+    s = settings
+    lines = [
+        "pytest-sskj dry run: nothing is launched",
+        f"run id: {s.run_id}    reports: {s.run_dir}",
+        f"engine: {s.engine}    launcher: {s.launcher}    placement: {s.placement}    "
+        f"nodes: {','.join(s.nodes) or 'local'}",
+        f"parallel: TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}    shape: ISL {s.isl} / OSL {s.osl}    "
+        f"requests {s.requests} x repeats {s.repeats}, warmup {s.warmup}",
+        f"backends: {','.join(s.backends)} (baseline {s.baseline})    chunks: {','.join(map(str, s.chunks))}    "
+        f"concurrency: {','.join(map(str, s.concurrencies))}",
+        f"SLO: {', '.join(map(str, s.slo)) or 'none'}    search: {s.search}",
+        "",
+        f"test matrix ({len(items)} tests):",
+    ]
+    lines += [f"  {item.nodeid}" for item in items]
+    lines.append("")
+    if s.target_url:
+        lines.append(f"server: already running at {s.target_url} (--target-url): no launch commands")
+        return lines
+    specs = planned_specs(s)
+    lines.append(f"servers ({len(specs)} specs; each started once, stopped before the next needs its GPUs):")
+    for spec in specs:
+        cmds = config.hook.pytest_sskj_server_commands(config=config, spec=spec) or node_commands(spec)
+        lines.append(f"  [{spec.label}]  key {spec.key()}")
+        for cmd in cmds:
+            role = "rank 0, serves HTTP" if cmd.serves_http and cmd.rank == 0 else (
+                "replica" if cmd.serves_http else f"rank {cmd.rank}")
+            lines.append(f"    {cmd.node} ({role}): {cmd.shell()}")
+    return lines

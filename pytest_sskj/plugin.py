@@ -1,0 +1,128 @@
+"""pytest-sskj's hook surface (hooks only; the work lives in the subsystem modules).
+
+Registered through the ``pytest11`` entry point ``sskj``; ``-p no:sskj`` disables it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
+
+# Fixture and reporter modules, imported in pytest_configure (each imports its heavy deps lazily).
+_SUBPLUGINS = (
+    "pytest_sskj.fixtures",
+    "pytest_sskj.gpu.fixtures",
+    "pytest_sskj.server.fixtures",
+    "pytest_sskj.bench.fixtures",
+    "pytest_sskj.report.plugin",
+    "pytest_sskj.acceptance.plugin",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from pytest_sskj.options import register_options
+
+    register_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_sskj import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    from pytest_sskj.markers import register_markers
+    from pytest_sskj.settings import resolve_settings
+
+    register_markers(config)
+    config.stash[EXTRA_KEY] = {}
+    if config.option.help or config.option.version:
+        return
+    settings = resolve_settings(config)
+    if _is_worker(config):  # every xdist worker shares the controller's run id
+        run_id = config.workerinput.get("sskj_run_id")  # type: ignore[attr-defined]
+        if run_id:
+            from dataclasses import replace
+
+            settings = replace(settings, run_id=run_id)
+    config.stash[SETTINGS_KEY] = settings
+    for name in _SUBPLUGINS:
+        if importlib.util.find_spec(name) is not None:
+            config.pluginmanager.import_plugin(name)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller: hand the run id to every worker."""
+    settings = node.config.stash.get(SETTINGS_KEY, None)
+    if settings is not None:
+        node.workerinput["sskj_run_id"] = settings.run_id
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        return None
+    s = settings
+    target = f"target {s.target_url}" if s.target_url else f"launcher {s.launcher}, nodes {','.join(s.nodes) or 'local'}"
+    lines = [
+        f"sskj: run {s.run_id} -> {s.run_dir}" + (" (dry run)" if s.dry_run else ""),
+        f"sskj: engine {s.engine}, {target}, TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}"
+        + (f", profile {s.profile}" if s.profile else ""),
+        f"sskj: backends {','.join(s.backends)} | chunks {','.join(map(str, s.chunks))} | "
+        f"C {','.join(map(str, s.concurrencies))} | ISL {s.isl} OSL {s.osl} | {s.requests} req x {s.repeats}",
+    ]
+    gpu_line = config.stash[EXTRA_KEY].get("gpu_header")
+    if gpu_line:
+        lines.append(f"sskj: {gpu_line}")
+    return lines
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or settings.dry_run or _is_worker(config):
+        return
+    from pytest_sskj.report.manifest import RunManifest, ensure_reports_root
+
+    ensure_reports_root(settings.reports_dir)
+    config.stash[MANIFEST_KEY] = RunManifest.start(settings.run_dir, settings.run_id, settings.as_dict())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    settings = session.config.stash.get(SETTINGS_KEY, None)
+    if settings is None or not settings.dry_run or _is_worker(session.config):
+        return None
+    from pytest_sskj.plan import plan_lines
+
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in plan_lines(session.config, settings, session.items):
+        if tr is not None:
+            tr.write_line(line)
+    return True
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
+    yield
+    manifest = session.config.stash.get(MANIFEST_KEY, None)
+    if manifest is None:
+        return
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    counts: dict[str, int] = {}
+    if tr is not None:
+        for key in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
+            counts[key] = len([r for r in tr.stats.get(key, []) if getattr(r, "when", "call") in ("call", "setup")])
+    manifest.finish(exitstatus=int(exitstatus), counts=counts)

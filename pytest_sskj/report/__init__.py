@@ -1,0 +1,1 @@
+"""Reporting: run directory and manifest, result writers, Allure adapter, plots, release marking."""

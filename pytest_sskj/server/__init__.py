@@ -1,0 +1,1 @@
+"""Server lifecycle: specs, per-node commands, launchers, health, log oracle, server pool."""

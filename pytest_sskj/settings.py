@@ -1,0 +1,345 @@
+"""Resolve the option table into one frozen :class:`Settings` object.
+
+Precedence, per setting: command line > ``SSKJ_<NAME>`` environment variable > ``sskj_<name>`` ini
+key > ``--profile`` file > engine default (:mod:`pytest_sskj.engines`) > table default.  Each value is
+parsed where it is found, and a bad value raises ``pytest.UsageError`` naming its source, what is
+accepted and a hint.  Cross-setting checks (GPUs per node, backends of the engine, ...) follow.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sskj import parsing
+from pytest_sskj.engines import engine_info
+from pytest_sskj.options import OPTIONS, Option
+from pytest_sskj.profile import Profile, load_profile
+from pytest_sskj.slo import SloGate, parse_slo
+
+__all__ = ["Settings", "resolve_settings", "new_run_id"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every resolved pytest-sskj setting.  Built once per session; stored in ``config.stash``."""
+
+    engine: str
+    nodes: tuple[str, ...]
+    node_template: str
+    launcher: str
+    placement: str
+    target_url: str | None
+    model_path: str | None
+    model_name: str | None
+    platform: str | None
+    profile: Path | None
+    tp: int
+    ep: int
+    dp: int
+    pp: int
+    gpus_per_node: int
+    backends: tuple[str, ...]
+    chunks: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    requests: int
+    repeats: int
+    warmup: int
+    isl: int
+    osl: int
+    endpoint: str
+    request_rate: float
+    seed: int
+    slo: tuple[SloGate, ...]
+    margin_pct: float
+    expect_best_chunk: int | None
+    search: str
+    search_max: int
+    search_floor: int | None
+    resume: str | None
+    port: int
+    dist_init_port: int
+    health_timeout_s: float
+    server_args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    python: str | None
+    ssh_user: str | None
+    ssh_port: int
+    ssh_identity: Path | None
+    ssh_options: tuple[str, ...]
+    require_gpu: bool
+    reports_dir: Path
+    run_id: str
+    dry_run: bool
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """Where each setting came from: ``cli``, ``env``, ``ini``, ``profile``, ``engine`` or ``default``."""
+
+    @property
+    def run_dir(self) -> Path:
+        return self.reports_dir / self.run_id
+
+    @property
+    def baseline(self) -> str:
+        return self.backends[0]
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    @property
+    def launches(self) -> bool:
+        """Whether this run starts servers (no ``--target-url``, not a dry run)."""
+        return self.target_url is None and not self.dry_run
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly view (paths as strings, gates as text); env values are *not* included."""
+        d = asdict(self)
+        d["profile"] = str(self.profile) if self.profile else None
+        d["reports_dir"] = str(self.reports_dir)
+        d["ssh_identity"] = str(self.ssh_identity) if self.ssh_identity else None
+        d["slo"] = [str(g) for g in self.slo]
+        d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
+        d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate
+        d["sources"] = dict(self.sources)
+        return d
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: ``20261129-235959-a1b2``."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def _parse_env_pairs(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for item in items:
+        name, sep, value = str(item).partition("=")
+        if not sep or not name.strip() or not name.strip().replace("_", "").isalnum():
+            raise ValueError(f"{item!r} is not KEY=VALUE")
+        out.append((name.strip(), value))
+    return tuple(out)
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "str": lambda v: str(v).strip() or None,
+    "int": lambda v: parsing.parse_int(v, minimum=1),
+    "int0": lambda v: parsing.parse_int(v, minimum=0),
+    "float": lambda v: float(v) if str(v).strip().lower() in ("inf", "+inf") else _nonneg_float(v),
+    "bool": parsing.parse_bool,
+    "size": parsing.parse_size,
+    "size_list": parsing.parse_size_list,
+    "int_list": parsing.parse_int_list,
+    "name_list": parsing.parse_name_list,
+    "path": lambda v: Path(str(v)).expanduser(),
+    "slo": parse_slo,
+}
+
+
+def _nonneg_float(v: Any) -> float:
+    try:
+        f = float(str(v).strip())
+    except ValueError:
+        raise ValueError(f"{v!r} is not a number") from None
+    if f < 0:
+        raise ValueError(f"{v!r} must not be negative")
+    return f
+
+
+def _accepted(opt: Option) -> str:
+    return {
+        "int": "a whole number >= 1",
+        "int0": "a whole number >= 0",
+        "float": "a number >= 0 (or inf)",
+        "bool": "1/0, true/false",
+        "size": "a token count with optional K suffix: 1, 512, 16K",
+        "size_list": "a comma list of sizes: 4096,8K,16k",
+        "int_list": "a comma list of whole numbers >= 1: 8,16",
+        "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
+        "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
+        "choice": ", ".join(opt.choices),
+        "slo": "gates like ttft_p95_ms<3000,tpot_p95_ms<50, or none",
+        "append": "KEY=VALUE" if opt.dest == "env" else "any string",
+    }.get(opt.kind, "a string")
+
+
+def _where(source: str, opt: Option, profile: Profile | None) -> str:
+    return {
+        "cli": f"{opt.display} on the command line",
+        "env": f"environment variable {opt.env}",
+        "ini": f"ini key {opt.ini}",
+        "profile": f"key {opt.dest!r} of profile {profile.path if profile else '?'}",
+    }.get(source, opt.display)
+
+
+def _usage(opt: Option, where: str, problem: str, hint: str | None = None) -> pytest.UsageError:
+    msg = f"{where}: {problem}\n  accepted: {_accepted(opt)}"
+    if hint:
+        msg += f"\n  Hint: {hint}"
+    return pytest.UsageError(msg)
+
+
+class _Resolver:
+    def __init__(self, config: pytest.Config, environ: Mapping[str, str]) -> None:
+        self.config = config
+        self.environ = environ
+        self.profile: Profile | None = None
+        self.sources: dict[str, str] = {}
+
+    def raw(self, opt: Option) -> tuple[Any, str] | None:
+        cli = self.config.getoption(f"sskj_{opt.dest}", None)
+        if cli is not None:
+            return cli, "cli"
+        if opt.env in self.environ and self.environ[opt.env].strip() != "":
+            val: Any = self.environ[opt.env]
+            if opt.kind == "append":
+                val = [v for v in val.split(";") if v.strip()] if opt.dest == "env" else val.split()
+            return val, "env"
+        ini = self.config.getini(opt.ini)
+        if ini not in (None, "", []):
+            return ini, "ini"
+        if self.profile is not None and opt.dest in self.profile.values:
+            return self.profile.values[opt.dest], "profile"
+        return None
+
+    def parse(self, opt: Option, value: Any, source: str) -> Any:
+        where = _where(source, opt, self.profile)
+        try:
+            if opt.kind == "choice":
+                text = str(value).strip()
+                if text not in opt.choices:
+                    raise ValueError(f"{text!r} is not one of {', '.join(opt.choices)}")
+                return text
+            if opt.kind == "append":
+                items = [value] if isinstance(value, str) else list(value)
+                return _parse_env_pairs(items) if opt.dest == "env" else tuple(str(v) for v in items)
+            if opt.kind == "nodes":
+                base = self.profile.path.parent if source == "profile" and self.profile else Path.cwd()
+                template = self.config.getoption("sskj_node_template", None) or self.environ.get(
+                    "SSKJ_NODE_TEMPLATE") or (self.profile.values.get("node_template") if self.profile else None) or "{}"
+                return parsing.expand_nodes(value, template=str(template), base_dir=base)
+            return _PARSERS[opt.kind](value)
+        except ValueError as exc:
+            raise _usage(opt, where, str(exc), _hint(opt)) from None
+
+    def get(self, opt: Option, engine_defaults: Mapping[str, Any]) -> Any:
+        found = self.raw(opt)
+        if found is not None:
+            value, source = found
+            self.sources[opt.dest] = source
+            return self.parse(opt, value, source)
+        if opt.dest in engine_defaults:
+            self.sources[opt.dest] = "engine"
+            return engine_defaults[opt.dest]
+        self.sources[opt.dest] = "default"
+        if opt.default is None:
+            return None
+        if opt.kind in ("str", "choice"):
+            return opt.default
+        return self.parse(opt, opt.default, "default")
+
+
+def _hint(opt: Option) -> str | None:
+    return {
+        "nodes": "ranges run low-high: --nodes 601-604",
+        "chunks": "chunk sizes are tokens per prefill step: --chunk 4K,8K,16K",
+        "concurrencies": "concurrencies are client-side in-flight requests: --concurrency 8,16",
+        "engine": "--engine sglang for SGLang, --engine embedded for the CPU engine",
+        "slo": "--sskj-slo 'ttft_p95_ms<3000,tpot_p95_ms<50'",
+        "profile": "profiles are TOML files; see pytest_sskj/profile.py for the keys",
+    }.get(opt.dest, f"see `pytest --help`, option {opt.display}")
+
+
+def _is_local_host(host: str) -> bool:
+    return host in ("localhost", "127.0.0.1", "::1", socket.gethostname())
+
+
+def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
+    """Resolve every option; raise ``pytest.UsageError`` on the first bad value or combination."""
+    r = _Resolver(config, os.environ if environ is None else environ)
+    by_dest = {o.dest: o for o in OPTIONS}
+
+    prof = r.raw(by_dest["profile"])
+    if prof is not None:
+        path = r.parse(by_dest["profile"], prof[0], prof[1])
+        r.sources["profile"] = prof[1]
+        try:
+            r.profile = load_profile(Path(path))
+        except ValueError as exc:
+            raise _usage(by_dest["profile"], _where(prof[1], by_dest["profile"], None), str(exc),
+                         "create the file, or fix the key names it reports") from None
+
+    engine = r.get(by_dest["engine"], {}) or "embedded"
+    info = engine_info(engine)
+    values: dict[str, Any] = {"engine": engine}
+    for opt in OPTIONS:
+        if opt.dest in values:
+            continue
+        values[opt.dest] = r.get(opt, info.defaults)
+    values["profile"] = r.profile.path if r.profile else None
+    values["nodes"] = values["nodes"] or ()
+    values["server_args"] = values["server_args"] or ()
+    values["env"] = values["env"] or ()
+    values["ssh_options"] = values["ssh_options"] or ()
+    values["run_id"] = values["run_id"] or values.get("resume") or new_run_id()
+    values["health_timeout_s"] = values["health_timeout_s"] or 60.0
+    if values["port"] is None:
+        values["port"] = 0
+    if values["launcher"] is None:
+        remote = [h for h in values["nodes"] if not _is_local_host(h)]
+        values["launcher"] = "ssh" if remote else "local"
+        r.sources["launcher"] = "derived"
+    settings = Settings(sources=dict(r.sources), **values)
+    _check_combination(settings, by_dest)
+    return settings
+
+
+def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
+    info = engine_info(s.engine)
+    unknown = [b for b in s.backends if b not in info.backends]
+    if unknown:
+        raise _usage(opts["backends"], _where(s.sources.get("backends", "cli"), opts["backends"], None),
+                     f"backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}",
+                     f"engine {s.engine} accepts: {', '.join(info.backends)}; or pick another --engine")
+    nnodes = max(1, len(s.nodes))
+    world = s.tp * s.pp
+    if s.engine == "sglang":
+        if world % nnodes:
+            raise pytest.UsageError(
+                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
+                f"({', '.join(s.nodes) or 'local'})\n  Hint: use a node count that divides {world}, e.g. --nodes "
+                f"with {', '.join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)} node(s)"
+            )
+        if world // nnodes > s.gpus_per_node:
+            raise pytest.UsageError(
+                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs per node, "
+                f"but nodes have {s.gpus_per_node}\n  Hint: add nodes, lower --tp, or set --sskj-gpus-per-node"
+            )
+        if s.tp % s.ep:
+            raise pytest.UsageError(f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)\n"
+                                    f"  Hint: e.g. --tp 32 --ep 4")
+    if s.engine == "embedded" and (s.tp, s.ep, s.pp) != (1, 1, 1):
+        raise pytest.UsageError("the embedded CPU engine has no tensor/expert/pipeline parallelism; "
+                                "--tp/--ep/--pp must be 1\n  Hint: use --engine sglang or vllm for parallel sizes")
+    if s.launcher == "ssh" and not s.nodes:
+        raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
+    if s.target_url is not None:
+        if not s.target_url.startswith(("http://", "https://")):
+            raise _usage(opts["target_url"], "--target-url", f"{s.target_url!r} is not an http(s) URL",
+                         "e.g. --target-url http://601:30000")
+        if s.sources.get("nodes") == "cli":
+            raise pytest.UsageError("--target-url benchmarks a server that is already running; --nodes would launch "
+                                    "one\n  Hint: give one of them")
+    if s.expect_best_chunk is not None and s.expect_best_chunk not in s.chunks:
+        raise pytest.UsageError(f"--expect-best-chunk {s.expect_best_chunk} is not one of the chunks "
+                                f"{','.join(map(str, s.chunks))}\n  Hint: add it to --chunk")
+    if s.search_floor is not None and s.search_floor > s.search_max:
+        raise pytest.UsageError(f"--sskj-search-floor {s.search_floor} is above --sskj-search-max {s.search_max}")
+    if s.osl < 1 or s.isl < 1:
+        raise pytest.UsageError("--isl and --osl must be at least 1")

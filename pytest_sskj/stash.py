@@ -1,0 +1,22 @@
+"""Every ``config.stash`` key of pytest-sskj, declared once (no module-level mutable state elsewhere)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_sskj.report.manifest import RunManifest
+    from pytest_sskj.settings import Settings
+
+__all__ = ["EXTRA_KEY", "MANIFEST_KEY", "SETTINGS_KEY"]
+
+SETTINGS_KEY = pytest.StashKey["Settings"]()
+"""The frozen, resolved settings of this session."""
+
+MANIFEST_KEY = pytest.StashKey["RunManifest"]()
+"""The run manifest (``<run dir>/manifest.json``), written at session start and completed at the end."""
+
+EXTRA_KEY = pytest.StashKey[dict[str, Any]]()
+"""Per-session objects of the subsystems (server pool, GPU allocator, reporters), keyed by subsystem name."""
