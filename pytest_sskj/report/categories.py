@@ -1,0 +1,72 @@
+"""Failure-message prefixes shared by the acceptance layer and the Allure categories.
+
+A failing check starts its message with one of these tags (``f"{OOM} rank 3 ran out of memory ..."``) so
+that ``categories.json`` (see :mod:`pytest_sskj.report.allure_env`) can sort failures into OOM, NCCL,
+server crash, timeout, SLO miss, regression, client-bound and numerics mismatch without guessing from
+free text.  Each category also carries a few fallback regexes for failures that come from elsewhere
+(pytest-timeout, CUDA, NCCL tracebacks).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "CATEGORIES",
+    "CLIENT_BOUND",
+    "CRASH",
+    "NCCL",
+    "NUMERICS",
+    "OOM",
+    "REGRESSION",
+    "SLO",
+    "TIMEOUT",
+    "Category",
+    "categorize",
+]
+
+OOM = "[oom]"
+NCCL = "[nccl]"
+CRASH = "[crash]"
+TIMEOUT = "[timeout]"
+SLO = "[slo]"
+REGRESSION = "[regression]"
+CLIENT_BOUND = "[client-bound]"
+NUMERICS = "[numerics]"
+
+
+@dataclass(frozen=True)
+class Category:
+    """One Allure category: a display name, the tag our messages start with, and fallback regexes."""
+
+    name: str
+    tag: str
+    fallbacks: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ("failed", "broken")
+
+    @property
+    def message_regex(self) -> str:
+        """A regex over the whole failure message (Allure matches it with DOTALL semantics)."""
+        alternatives = [re.escape(self.tag), *self.fallbacks]
+        return r"(?s).*(" + "|".join(alternatives) + r").*"
+
+
+CATEGORIES: tuple[Category, ...] = (
+    Category("Out of memory", OOM, (r"CUDA out of memory", r"OutOfMemoryError", r"\bOOM\b")),
+    Category("NCCL error", NCCL, (r"NCCL (error|WARN|timeout)", r"ncclInternalError", r"ProcessGroupNCCL")),
+    Category("Server crash", CRASH, (r"ServerCrashed", r"EngineDeadError", r"ServerLaunchError")),
+    Category("Timeout", TIMEOUT, (r"Timeout >[0-9.]+s", r"HealthTimeout", r"TimeoutError")),
+    Category("SLO miss", SLO),
+    Category("Performance regression", REGRESSION),
+    Category("Client-bound measurement", CLIENT_BOUND),
+    Category("Numerics mismatch", NUMERICS, (r"Not equal to tolerance", r"Tensor-likes are not close")),
+)
+
+
+def categorize(message: str) -> str | None:
+    """The name of the first category whose tag or fallback matches ``message``; ``None`` otherwise."""
+    for cat in CATEGORIES:
+        if re.fullmatch(cat.message_regex, message or ""):
+            return cat.name
+    return None

@@ -1,0 +1,56 @@
+"""Deep redaction of JSON-like data before any report file is written.
+
+:func:`secret_values` collects the values of this process's secret-named environment variables (and of
+any extra ``KEY=VALUE`` pairs, e.g. ``--sskj-env``); :func:`scrub` walks dicts, lists and strings,
+replaces string values under secret-looking keys (``HF_TOKEN``, ``ssh_identity``, ``api_key``) with
+:data:`~pytest_sskj.report.redact.REDACTED` and scrubs every string with
+:func:`~pytest_sskj.report.redact.redact_text`.  Every writer of :mod:`pytest_sskj.report` goes through it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pytest_sskj.report.redact import REDACTED, is_secret_name, redact_text
+
+__all__ = ["scrub", "scrub_text", "secret_values"]
+
+
+def secret_values(extra: Iterable[tuple[str, str]] = (), environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Values of secret-named variables in ``environ`` (default ``os.environ``) and in ``extra`` pairs."""
+    env = os.environ if environ is None else environ
+    pairs = [*env.items(), *extra]
+    return tuple(sorted({v for k, v in pairs if v and is_secret_name(k)}, key=len, reverse=True))
+
+
+def scrub_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``redact_text`` with this process's secret env values added to ``secrets``."""
+    return redact_text(text, (*secret_values(), *secrets))
+
+
+def scrub(obj: Any, secrets: Iterable[str] | None = None) -> Any:
+    """A copy of ``obj`` (dict/list/tuple/str/scalars) with secrets replaced by ``REDACTED``."""
+    values = tuple(secrets) if secrets is not None else ()
+    all_secrets = (*secret_values(), *values)
+    return _walk(obj, all_secrets)
+
+
+def _walk(obj: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(obj, str):
+        return redact_text(obj, secrets)
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            key = str(k)
+            if is_secret_name(key) and isinstance(v, (str, os.PathLike)) and os.fspath(v):
+                out[key] = REDACTED  # strings only: ``total_input_tokens`` or ``passed`` are not secrets
+            else:
+                out[key] = _walk(v, secrets)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_walk(v, secrets) for v in obj]
+    if isinstance(obj, os.PathLike):
+        return redact_text(os.fspath(obj), secrets)  # type: ignore[arg-type]
+    return obj

@@ -1,0 +1,91 @@
+"""The ``Launcher`` protocol: how a :class:`~pytest_sskj.server.spec.NodeCommand` becomes a process on a node.
+
+Two kinds implement it: ``local`` (:mod:`pytest_sskj.server.local`, a subprocess in its own session on
+this machine) and ``ssh`` (:mod:`pytest_sskj.server.ssh`, one rank per node over OpenSSH).  Both log
+every process to a file under ``<run dir>/logs/<node>/`` and tear down whole process trees.
+:func:`get_launcher` picks one by name; an unknown name lists the known kinds.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pytest_sskj.errors import LauncherError
+from pytest_sskj.server.spec import NodeCommand
+
+__all__ = ["LAUNCHERS", "CommandResult", "Launcher", "ProcessHandle", "get_launcher"]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """Outcome of a short command run on a node (pre-flight queries, cleanup checks)."""
+
+    node: str
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@runtime_checkable
+class ProcessHandle(Protocol):
+    """One launched long-running process (a rank or a replica) and its process tree."""
+
+    node: str
+    rank: int
+    log_path: Path
+    """Local file that receives the process's stdout and stderr (streamed back for remote nodes)."""
+
+    def poll(self) -> int | None:
+        """Exit code once the process has exited, else ``None``."""
+        ...
+
+    def pids(self) -> list[int]:
+        """PIDs of the live process tree on its node (empty once everything has exited)."""
+        ...
+
+    def terminate(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM the whole tree, wait up to ``timeout_s``, then SIGKILL survivors; return the exit code."""
+        ...
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """Starts node commands and runs short queries on nodes."""
+
+    kind: str
+
+    def start(self, cmd: NodeCommand, log_path: Path) -> ProcessHandle:
+        """Start ``cmd`` on ``cmd.node`` with its env; its output goes to ``log_path``."""
+        ...
+
+    def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
+        """Run a short command on ``node`` and wait for it."""
+        ...
+
+    def close(self) -> None:
+        """Release launcher resources (connections); processes are stopped through their handles."""
+        ...
+
+
+LAUNCHERS: dict[str, str] = {
+    "local": "pytest_sskj.server.local:LocalLauncher",
+    "ssh": "pytest_sskj.server.ssh:SshLauncher",
+}
+
+
+def get_launcher(kind: str, **options: object) -> Launcher:
+    """Instantiate the launcher ``kind`` (``local`` or ``ssh``) with keyword ``options``."""
+    try:
+        target = LAUNCHERS[kind]
+    except KeyError:
+        raise LauncherError(f"unknown launcher {kind!r}; known launchers: {', '.join(LAUNCHERS)}") from None
+    module, _, name = target.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    launcher = cls(**options)
+    if not isinstance(launcher, Launcher):  # pragma: no cover - defensive
+        raise LauncherError(f"{target} does not implement the Launcher protocol")
+    return launcher

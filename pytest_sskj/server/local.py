@@ -1,0 +1,122 @@
+"""The ``local`` launcher: every node command becomes a :class:`~pytest_sskj.server.process.ManagedProcess` here.
+
+It implements :class:`~pytest_sskj.server.launcher.Launcher`: ``start`` spawns the command in its own
+session with the node's environment layered over this process's environment, stdout and stderr going to
+the given log file; the returned :class:`LocalProcess` is the
+:class:`~pytest_sskj.server.launcher.ProcessHandle`.  ``run`` executes short commands (pre-flight
+checks).  The launcher remembers every process it started, so :meth:`LocalLauncher.leftover_pids` can
+prove that teardown left nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_sskj.errors import LauncherError
+from pytest_sskj.server.launcher import CommandResult
+from pytest_sskj.server.process import ManagedProcess
+from pytest_sskj.server.spec import NodeCommand
+
+__all__ = ["LocalLauncher", "LocalProcess"]
+
+_LOCAL_NAMES = ("local", "localhost", "127.0.0.1", "::1")
+
+
+class LocalProcess:
+    """A :class:`ProcessHandle` for one local rank or replica."""
+
+    def __init__(self, cmd: NodeCommand, proc: ManagedProcess) -> None:
+        self.node = cmd.node
+        self.rank = cmd.rank
+        self.command = cmd
+        self.log_path = proc.log_path
+        self.proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def pids(self) -> list[int]:
+        return self.proc.pids()
+
+    def terminate(self, timeout_s: float = 10.0) -> int | None:
+        return self.proc.terminate(timeout_s)
+
+    def __repr__(self) -> str:
+        return f"LocalProcess(node={self.node!r}, rank={self.rank}, pid={self.pid}, log={self.log_path})"
+
+
+class LocalLauncher:
+    """Runs node commands as subprocesses of this machine (node names must be local)."""
+
+    kind = "local"
+
+    def __init__(self, *, cwd: Path | None = None, inherit_env: bool = True, **_ignored: object) -> None:
+        self.cwd = cwd
+        self.inherit_env = inherit_env
+        self.started: list[LocalProcess] = []
+
+    def _check_node(self, node: str) -> None:
+        import socket
+
+        if node not in _LOCAL_NAMES and node != socket.gethostname():
+            raise LauncherError(
+                f"the local launcher runs commands on this machine only, but the command is for node {node!r}; "
+                "use --launcher ssh for remote nodes"
+            )
+
+    def _env(self, cmd_env: Sequence[tuple[str, str]]) -> dict[str, str]:
+        env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        env.update(dict(cmd_env))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def start(self, cmd: NodeCommand, log_path: Path) -> LocalProcess:
+        """Start ``cmd`` here in its own session; stdout and stderr go to ``log_path`` (appended)."""
+        self._check_node(cmd.node)
+        try:
+            proc = ManagedProcess(cmd.argv, log_path, env=self._env(cmd.env), cwd=self.cwd)
+        except OSError as exc:
+            raise LauncherError(
+                f"could not start {cmd.argv[0]!r} for node {cmd.node} rank {cmd.rank}: {exc}; "
+                "check that the program exists on PATH (or give --sskj-python)"
+            ) from exc
+        handle = LocalProcess(cmd, proc)
+        self.started.append(handle)
+        return handle
+
+    def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
+        """Run a short command here and wait for it (its own session; killed whole on timeout)."""
+        self._check_node(node)
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, text=True, env=self._env(()), cwd=str(self.cwd) if self.cwd else None,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            out, err = proc.communicate()
+            return CommandResult(node, -9, out, err + f"\n(timed out after {timeout_s:g} s and was killed)")
+        return CommandResult(node, proc.returncode, out, err)
+
+    def leftover_pids(self) -> dict[str, list[int]]:
+        """Live PIDs of every process tree this launcher started, by ``node/rank`` (empty dict: all gone)."""
+        out: dict[str, list[int]] = {}
+        for h in self.started:
+            pids = h.pids()
+            if pids:
+                out[f"{h.node}/rank{h.rank}"] = pids
+        return out
+
+    def close(self) -> None:
+        """Nothing to release for local processes (they are stopped through their handles)."""
