@@ -79,5 +79,5 @@ def parse_gpu_marker(mark: pytest.Mark) -> GpuRequest:
         count=count,
         min_capability=_capability(cap) if cap is not None else None,
         arch=arch,
-        min_free_gib=float(free) if free is not None else None,  # type: ignore[arg-type]
+        min_free_gib=float(str(free)) if free is not None else None,
     )

@@ -15,8 +15,20 @@ import pytest
 __all__ = ["OPTIONS", "Option", "register_options"]
 
 Kind = Literal[
-    "str", "int", "int0", "float", "bool", "size", "size_list", "int_list", "name_list", "nodes", "path",
-    "choice", "append", "slo",
+    "str",
+    "int",
+    "int0",
+    "float",
+    "bool",
+    "size",
+    "size_list",
+    "int_list",
+    "name_list",
+    "nodes",
+    "path",
+    "choice",
+    "append",
+    "slo",
 ]
 
 
@@ -47,27 +59,71 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     # --- what to launch -------------------------------------------------------------------------
-    Option("engine", ("--engine",), "choice", "Serving engine: embedded (CPU llama.cpp, default), sglang or vllm",
-           choices=("embedded", "sglang", "vllm")),
-    Option("nodes", ("--nodes",), "nodes",
-           "Nodes to launch on, rank 0 first: 601-604, 601,603, gpu601-gpu604, host names or @inventory.toml",
-           metavar="LIST"),
-    Option("node_template", ("--sskj-node-template",), "str",
-           "Host name template for bare node numbers, '{}' is the number (default '{}': node 601 is host 601)",
-           default="{}"),
-    Option("launcher", ("--launcher",), "choice",
-           "How servers are started: local (subprocess here) or ssh (one rank per node); default ssh when --nodes "
-           "names hosts other than this one, else local", choices=("local", "ssh")),
-    Option("placement", ("--sskj-placement",), "choice",
-           "ranks: one multi-node server (a rank per node); replicas: an independent server on every node, "
-           "requests spread over them", default="ranks", choices=("ranks", "replicas")),
-    Option("target_url", ("--target-url",), "str",
-           "Benchmark an already running server at this URL and launch nothing", metavar="URL"),
-    Option("model_path", ("--model-path",), "str", "Model path on the nodes (sglang/vllm); embedded generates its own"),
+    Option(
+        "engine",
+        ("--engine",),
+        "choice",
+        "Serving engine: embedded (CPU llama.cpp, default), sglang or vllm",
+        choices=("embedded", "sglang", "vllm"),
+    ),
+    Option(
+        "nodes",
+        ("--nodes",),
+        "nodes",
+        "Nodes to launch on, rank 0 first: 601-604, 601,603, gpu601-gpu604, host names or @inventory.toml",
+        metavar="LIST",
+    ),
+    Option(
+        "node_template",
+        ("--sskj-node-template",),
+        "str",
+        "Host name template for bare node numbers, '{}' is the number (default '{}': node 601 is host 601)",
+        default="{}",
+    ),
+    Option(
+        "launcher",
+        ("--launcher",),
+        "choice",
+        "How servers are started: local (subprocess here) or ssh (one rank per node); default ssh when --nodes "
+        "names hosts other than this one, else local",
+        choices=("local", "ssh"),
+    ),
+    Option(
+        "placement",
+        ("--sskj-placement",),
+        "choice",
+        "ranks: one multi-node server (a rank per node); replicas: an independent server on every node, "
+        "requests spread over them",
+        default="ranks",
+        choices=("ranks", "replicas"),
+    ),
+    Option(
+        "target_url",
+        ("--target-url",),
+        "str",
+        "Benchmark an already running server at this URL and launch nothing",
+        metavar="URL",
+    ),
+    Option(
+        "model_path",
+        ("--model-path",),
+        "str",
+        "Model path on the nodes (sglang/vllm); embedded generates its own",
+    ),
     Option("model_name", ("--sskj-model",), "str", "Model name for reports (e.g. Kimi-K3); profile key 'model'"),
-    Option("platform", ("--sskj-platform",), "str", "Platform name for reports (e.g. pro6000); profile key 'platform'"),
-    Option("profile", ("--profile",), "path",
-           "TOML profile naming platform, model, engine, parallel sizes, server args and environment", metavar="FILE"),
+    Option(
+        "platform",
+        ("--sskj-platform",),
+        "str",
+        "Platform name for reports (e.g. pro6000); profile key 'platform'",
+    ),
+    Option(
+        "profile",
+        ("--profile",),
+        "path",
+        "TOML profile naming platform, model, engine, parallel sizes, server args and environment",
+        metavar="FILE",
+    ),
     # --- parallelism ----------------------------------------------------------------------------
     Option("tp", ("--tp",), "int", "Tensor-parallel size (default 1)", default=1),
     Option("ep", ("--ep",), "int", "Expert-parallel size (default 1)", default=1),
@@ -75,79 +131,202 @@ OPTIONS: tuple[Option, ...] = (
     Option("pp", ("--pp",), "int", "Pipeline-parallel size (default 1)", default=1),
     Option("gpus_per_node", ("--sskj-gpus-per-node",), "int", "GPUs on every node (default 8)", default=8),
     # --- the matrix -----------------------------------------------------------------------------
-    Option("backends", ("--backend",), "name_list",
-           "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4)",
-           metavar="LIST"),
-    Option("chunks", ("--chunk",), "size_list", "Chunked-prefill sizes, e.g. 4K,8K,16K (4096,8192,16384)",
-           metavar="LIST"),
+    Option(
+        "backends",
+        ("--backend",),
+        "name_list",
+        "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4)",
+        metavar="LIST",
+    ),
+    Option(
+        "chunks",
+        ("--chunk",),
+        "size_list",
+        "Chunked-prefill sizes, e.g. 4K,8K,16K (4096,8192,16384)",
+        metavar="LIST",
+    ),
     Option("concurrencies", ("--concurrency",), "int_list", "Client concurrencies, e.g. 8,16", metavar="LIST"),
     Option("requests", ("--requests",), "int", "Requests per point (default 40)"),
     Option("repeats", ("--repeats",), "int", "Repeats per point (default 3)"),
-    Option("warmup", ("--sskj-warmup",), "int0", "Warmup requests before each point, not measured (default 1)",
-           default=1),
+    Option(
+        "warmup",
+        ("--sskj-warmup",),
+        "int0",
+        "Warmup requests before each point, not measured (default 1)",
+        default=1,
+    ),
     Option("isl", ("--isl",), "size", "Input tokens per request, e.g. 16K"),
     Option("osl", ("--osl",), "size", "Output tokens per request, e.g. 1"),
-    Option("endpoint", ("--sskj-endpoint",), "choice",
-           "Endpoint the client drives: generate (SGLang native), completions or chat",
-           choices=("generate", "completions", "chat")),
-    Option("request_rate", ("--sskj-request-rate",), "float",
-           "Poisson request rate in req/s (default inf: all requests at once, bounded by concurrency)",
-           default=float("inf")),
+    Option(
+        "endpoint",
+        ("--sskj-endpoint",),
+        "choice",
+        "Endpoint the client drives: generate (SGLang native), completions or chat",
+        choices=("generate", "completions", "chat"),
+    ),
+    Option(
+        "request_rate",
+        ("--sskj-request-rate",),
+        "float",
+        "Poisson request rate in req/s (default inf: all requests at once, bounded by concurrency)",
+        default=float("inf"),
+    ),
     Option("seed", ("--sskj-seed",), "int0", "Seed of the random prompt token ids (default 42)", default=42),
     # --- verdicts -------------------------------------------------------------------------------
-    Option("slo", ("--sskj-slo",), "slo",
-           "SLO gates, strict by default: 'ttft_p95_ms<3000,tpot_p95_ms<50'; 'none' disables",
-           default="ttft_p95_ms<3000,tpot_p95_ms<50"),
-    Option("margin_pct", ("--sskj-margin",), "float",
-           "Candidate must beat the baseline by at least this many percent (default 0)", default=0.0),
-    Option("expect_best_chunk", ("--expect-best-chunk",), "size", "Fail test_chunk_curve unless this chunk is best"),
-    Option("search", ("--sskj-search",), "choice",
-           "Adaptive concurrency search: none, double (from C=1, x2) or add16 (from C=16 in +16 steps, step back)",
-           default="none", choices=("none", "double", "add16")),
-    Option("search_max", ("--sskj-search-max",), "int", "Highest concurrency the search tries (default 256)",
-           default=256),
-    Option("search_floor", ("--sskj-search-floor",), "int",
-           "Fail the search unless the highest SLO-meeting concurrency is at least this"),
-    Option("resume", ("--resume",), "str", "Continue run RUN_ID: finished points are read back, not repeated",
-           metavar="RUN_ID"),
+    Option(
+        "slo",
+        ("--sskj-slo",),
+        "slo",
+        "SLO gates, strict by default: 'ttft_p95_ms<3000,tpot_p95_ms<50'; 'none' disables",
+        default="ttft_p95_ms<3000,tpot_p95_ms<50",
+    ),
+    Option(
+        "margin_pct",
+        ("--sskj-margin",),
+        "float",
+        "Candidate must beat the baseline by at least this many percent (default 0)",
+        default=0.0,
+    ),
+    Option(
+        "expect_best_chunk",
+        ("--expect-best-chunk",),
+        "size",
+        "Fail test_chunk_curve unless this chunk is best",
+    ),
+    Option(
+        "search",
+        ("--sskj-search",),
+        "choice",
+        "Adaptive concurrency search: none, double (from C=1, x2) or add16 (from C=16 in +16 steps, step back)",
+        default="none",
+        choices=("none", "double", "add16"),
+    ),
+    Option(
+        "search_max",
+        ("--sskj-search-max",),
+        "int",
+        "Highest concurrency the search tries (default 256)",
+        default=256,
+    ),
+    Option(
+        "search_floor",
+        ("--sskj-search-floor",),
+        "int",
+        "Fail the search unless the highest SLO-meeting concurrency is at least this",
+    ),
+    Option(
+        "resume",
+        ("--resume",),
+        "str",
+        "Continue run RUN_ID: finished points are read back, not repeated",
+        metavar="RUN_ID",
+    ),
     # --- server process -------------------------------------------------------------------------
     Option("port", ("--sskj-port",), "int0", "HTTP port of the server (0: pick a free one; sglang default 30000)"),
-    Option("dist_init_port", ("--sskj-dist-init-port",), "int", "Port of --dist-init-addr on node 0 (default 5000)",
-           default=5000),
-    Option("health_timeout_s", ("--sskj-health-timeout",), "float",
-           "Seconds to wait for rank 0 to become healthy (default: embedded 60, sglang/vllm 1800)"),
-    Option("server_args", ("--sskj-server-arg",), "append",
-           "Extra server argument, repeatable (e.g. --sskj-server-arg=--mem-fraction-static=0.85)", metavar="ARG"),
-    Option("env", ("--sskj-env",), "append", "Environment for the server, KEY=VALUE, repeatable", metavar="KEY=VALUE"),
-    Option("python", ("--sskj-python",), "str", "Python interpreter on the nodes (default: python3 remote, this one local)"),
+    Option(
+        "dist_init_port",
+        ("--sskj-dist-init-port",),
+        "int",
+        "Port of --dist-init-addr on node 0 (default 5000)",
+        default=5000,
+    ),
+    Option(
+        "health_timeout_s",
+        ("--sskj-health-timeout",),
+        "float",
+        "Seconds to wait for rank 0 to become healthy (default: embedded 60, sglang/vllm 1800)",
+    ),
+    Option(
+        "server_args",
+        ("--sskj-server-arg",),
+        "append",
+        "Extra server argument, repeatable (e.g. --sskj-server-arg=--mem-fraction-static=0.85)",
+        metavar="ARG",
+    ),
+    Option(
+        "env",
+        ("--sskj-env",),
+        "append",
+        "Environment for the server, KEY=VALUE, repeatable",
+        metavar="KEY=VALUE",
+    ),
+    Option(
+        "python",
+        ("--sskj-python",),
+        "str",
+        "Python interpreter on the nodes (default: python3 remote, this one local)",
+    ),
     Option("ssh_user", ("--sskj-ssh-user",), "str", "SSH user for --launcher ssh"),
     Option("ssh_port", ("--sskj-ssh-port",), "int", "SSH port for --launcher ssh (default 22)", default=22),
     Option("ssh_identity", ("--sskj-ssh-identity",), "path", "SSH identity file for --launcher ssh"),
-    Option("ssh_options", ("--sskj-ssh-option",), "append", "Extra ssh -o option, repeatable (e.g. StrictHostKeyChecking=no)"),
+    Option(
+        "ssh_options",
+        ("--sskj-ssh-option",),
+        "append",
+        "Extra ssh -o option, repeatable (e.g. StrictHostKeyChecking=no)",
+    ),
     # --- GPUs -----------------------------------------------------------------------------------
-    Option("require_gpu", ("--sskj-require-gpu",), "bool",
-           "Fail, instead of skip, tests whose GPU request cannot be met (release runs)", default=False),
+    Option(
+        "require_gpu",
+        ("--sskj-require-gpu",),
+        "bool",
+        "Fail, instead of skip, tests whose GPU request cannot be met (release runs)",
+        default=False,
+    ),
     # --- output ---------------------------------------------------------------------------------
-    Option("reports_dir", ("--reports-dir",), "path", "Root of generated output (default reports/)", default="reports"),
+    Option(
+        "reports_dir",
+        ("--reports-dir",),
+        "path",
+        "Root of generated output (default reports/)",
+        default="reports",
+    ),
     Option("run_id", ("--run-id",), "str", "Run id, the folder under --reports-dir (default: time stamp)"),
-    Option("dry_run", ("--sskj-dry-run",), "bool", "Print the test matrix and every node's command; launch nothing",
-           default=False),
+    Option(
+        "dry_run",
+        ("--sskj-dry-run",),
+        "bool",
+        "Print the test matrix and every node's command; launch nothing",
+        default=False,
+    ),
 )
 
 
 def register_options(parser: pytest.Parser) -> None:
     """Register every row of :data:`OPTIONS` as a flag of group ``sskj`` and as an ini key."""
-    group = parser.getgroup("sskj", "pytest-sskj: LLM serving acceptance (settings: CLI > SSKJ_* env > sskj_* ini "
-                                    "> --profile > default)")
+    group = parser.getgroup(
+        "sskj",
+        "pytest-sskj: LLM serving acceptance (settings: CLI > SSKJ_* env > sskj_* ini > --profile > default)",
+    )
     for opt in OPTIONS:
         env_note = f" [env {opt.env}, ini {opt.ini}]"
         if opt.kind == "bool":
-            group.addoption(*opt.flags, action="store_true", dest=f"sskj_{opt.dest}", default=None,
-                            help=opt.help + env_note)
+            group.addoption(
+                *opt.flags,
+                action="store_true",
+                dest=f"sskj_{opt.dest}",
+                default=None,
+                help=opt.help + env_note,
+            )
         elif opt.kind == "append":
-            group.addoption(*opt.flags, action="append", dest=f"sskj_{opt.dest}", default=None,
-                            metavar=opt.metavar or "VALUE", help=opt.help + env_note)
+            group.addoption(
+                *opt.flags,
+                action="append",
+                dest=f"sskj_{opt.dest}",
+                default=None,
+                metavar=opt.metavar or "VALUE",
+                help=opt.help + env_note,
+            )
         else:
-            group.addoption(*opt.flags, action="store", dest=f"sskj_{opt.dest}", default=None,
-                            metavar=opt.metavar or opt.dest.upper(), help=opt.help + env_note)
-        parser.addini(opt.ini, help=opt.help, type="linelist" if opt.kind == "append" else "string", default=None)
+            group.addoption(
+                *opt.flags,
+                action="store",
+                dest=f"sskj_{opt.dest}",
+                default=None,
+                metavar=opt.metavar or opt.dest.upper(),
+                help=opt.help + env_note,
+            )
+        if opt.kind == "append":
+            parser.addini(opt.ini, help=opt.help, type="linelist", default=None)
+        else:
+            parser.addini(opt.ini, help=opt.help, type="string", default=None)

@@ -50,7 +50,10 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         cmds = config.hook.pytest_sskj_server_commands(config=config, spec=spec) or node_commands(spec)
         lines.append(f"  [{spec.label}]  key {spec.key()}")
         for cmd in cmds:
-            role = "rank 0, serves HTTP" if cmd.serves_http and cmd.rank == 0 else (
-                "replica" if cmd.serves_http else f"rank {cmd.rank}")
+            role = (
+                "rank 0, serves HTTP"
+                if cmd.serves_http and cmd.rank == 0
+                else ("replica" if cmd.serves_http else f"rank {cmd.rank}")
+            )
             lines.append(f"    {cmd.node} ({role}): {cmd.shell()}")
     return lines

@@ -75,7 +75,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if settings is None:
         return None
     s = settings
-    target = f"target {s.target_url}" if s.target_url else f"launcher {s.launcher}, nodes {','.join(s.nodes) or 'local'}"
+    target = (
+        f"target {s.target_url}" if s.target_url else f"launcher {s.launcher}, nodes {','.join(s.nodes) or 'local'}"
+    )
     lines = [
         f"sskj: run {s.run_id} -> {s.run_dir}" + (" (dry run)" if s.dry_run else ""),
         f"sskj: engine {s.engine}, {target}, TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}"

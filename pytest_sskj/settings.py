@@ -25,7 +25,7 @@ from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
 from pytest_sskj.slo import SloGate, parse_slo
 
-__all__ = ["Settings", "resolve_settings", "new_run_id"]
+__all__ = ["Settings", "new_run_id", "resolve_settings"]
 
 
 @dataclass(frozen=True)
@@ -221,8 +221,12 @@ class _Resolver:
                 return _parse_env_pairs(items) if opt.dest == "env" else tuple(str(v) for v in items)
             if opt.kind == "nodes":
                 base = self.profile.path.parent if source == "profile" and self.profile else Path.cwd()
-                template = self.config.getoption("sskj_node_template", None) or self.environ.get(
-                    "SSKJ_NODE_TEMPLATE") or (self.profile.values.get("node_template") if self.profile else None) or "{}"
+                template = (
+                    self.config.getoption("sskj_node_template", None)
+                    or self.environ.get("SSKJ_NODE_TEMPLATE")
+                    or (self.profile.values.get("node_template") if self.profile else None)
+                    or "{}"
+                )
                 return parsing.expand_nodes(value, template=str(template), base_dir=base)
             return _PARSERS[opt.kind](value)
         except ValueError as exc:
@@ -272,8 +276,12 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         try:
             r.profile = load_profile(Path(path))
         except ValueError as exc:
-            raise _usage(by_dest["profile"], _where(prof[1], by_dest["profile"], None), str(exc),
-                         "create the file, or fix the key names it reports") from None
+            raise _usage(
+                by_dest["profile"],
+                _where(prof[1], by_dest["profile"], None),
+                str(exc),
+                "create the file, or fix the key names it reports",
+            ) from None
 
     engine = r.get(by_dest["engine"], {}) or "embedded"
     info = engine_info(engine)
@@ -304,41 +312,57 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
     info = engine_info(s.engine)
     unknown = [b for b in s.backends if b not in info.backends]
     if unknown:
-        raise _usage(opts["backends"], _where(s.sources.get("backends", "cli"), opts["backends"], None),
-                     f"backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}",
-                     f"engine {s.engine} accepts: {', '.join(info.backends)}; or pick another --engine")
+        raise _usage(
+            opts["backends"],
+            _where(s.sources.get("backends", "cli"), opts["backends"], None),
+            f"backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}",
+            f"engine {s.engine} accepts: {', '.join(info.backends)}; or pick another --engine",
+        )
     nnodes = max(1, len(s.nodes))
     world = s.tp * s.pp
     if s.engine == "sglang":
         if world % nnodes:
+            fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
             raise pytest.UsageError(
                 f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
                 f"({', '.join(s.nodes) or 'local'})\n  Hint: use a node count that divides {world}, e.g. --nodes "
-                f"with {', '.join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)} node(s)"
+                f"with {fits} node(s)"
             )
         if world // nnodes > s.gpus_per_node:
             raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs per node, "
+                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs "
+                f"per node, "
                 f"but nodes have {s.gpus_per_node}\n  Hint: add nodes, lower --tp, or set --sskj-gpus-per-node"
             )
         if s.tp % s.ep:
-            raise pytest.UsageError(f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)\n"
-                                    f"  Hint: e.g. --tp 32 --ep 4")
+            raise pytest.UsageError(
+                f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)\n  Hint: e.g. --tp 32 --ep 4"
+            )
     if s.engine == "embedded" and (s.tp, s.ep, s.pp) != (1, 1, 1):
-        raise pytest.UsageError("the embedded CPU engine has no tensor/expert/pipeline parallelism; "
-                                "--tp/--ep/--pp must be 1\n  Hint: use --engine sglang or vllm for parallel sizes")
+        raise pytest.UsageError(
+            "the embedded CPU engine has no tensor/expert/pipeline parallelism; "
+            "--tp/--ep/--pp must be 1\n  Hint: use --engine sglang or vllm for parallel sizes"
+        )
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
     if s.target_url is not None:
         if not s.target_url.startswith(("http://", "https://")):
-            raise _usage(opts["target_url"], "--target-url", f"{s.target_url!r} is not an http(s) URL",
-                         "e.g. --target-url http://601:30000")
+            raise _usage(
+                opts["target_url"],
+                "--target-url",
+                f"{s.target_url!r} is not an http(s) URL",
+                "e.g. --target-url http://601:30000",
+            )
         if s.sources.get("nodes") == "cli":
-            raise pytest.UsageError("--target-url benchmarks a server that is already running; --nodes would launch "
-                                    "one\n  Hint: give one of them")
+            raise pytest.UsageError(
+                "--target-url benchmarks a server that is already running; --nodes would launch "
+                "one\n  Hint: give one of them"
+            )
     if s.expect_best_chunk is not None and s.expect_best_chunk not in s.chunks:
-        raise pytest.UsageError(f"--expect-best-chunk {s.expect_best_chunk} is not one of the chunks "
-                                f"{','.join(map(str, s.chunks))}\n  Hint: add it to --chunk")
+        raise pytest.UsageError(
+            f"--expect-best-chunk {s.expect_best_chunk} is not one of the chunks "
+            f"{','.join(map(str, s.chunks))}\n  Hint: add it to --chunk"
+        )
     if s.search_floor is not None and s.search_floor > s.search_max:
         raise pytest.UsageError(f"--sskj-search-floor {s.search_floor} is above --sskj-search-max {s.search_max}")
     if s.osl < 1 or s.isl < 1:

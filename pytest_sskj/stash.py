@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-if TYPE_CHECKING:
-    from pytest_sskj.report.manifest import RunManifest
-    from pytest_sskj.settings import Settings
+from pytest_sskj.report.manifest import RunManifest
+from pytest_sskj.settings import Settings
 
 __all__ = ["EXTRA_KEY", "MANIFEST_KEY", "SETTINGS_KEY"]
 
-SETTINGS_KEY = pytest.StashKey["Settings"]()
+SETTINGS_KEY = pytest.StashKey[Settings]()
 """The frozen, resolved settings of this session."""
 
-MANIFEST_KEY = pytest.StashKey["RunManifest"]()
+MANIFEST_KEY = pytest.StashKey[RunManifest]()
 """The run manifest (``<run dir>/manifest.json``), written at session start and completed at the end."""
 
 EXTRA_KEY = pytest.StashKey[dict[str, Any]]()

@@ -25,6 +25,7 @@ __all__ = [
     "active",
     "attach_csv",
     "attach_file",
+    "attach_files",
     "attach_json",
     "attach_text",
     "labels",

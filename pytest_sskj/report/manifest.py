@@ -27,8 +27,23 @@ from pytest_sskj.report.redact import redact_argv, redact_text
 
 __all__ = ["RunManifest", "atomic_write_text", "ensure_reports_root", "git_commit"]
 
-_PACKAGES = ("pytest", "pytest-xdist", "pytest-timeout", "httpx", "allure-pytest", "numpy", "torch", "torchao",
-             "flashinfer-python", "sglang", "vllm", "xllamacpp", "gguf", "nvidia-ml-py", "filelock")
+_PACKAGES = (
+    "pytest",
+    "pytest-xdist",
+    "pytest-timeout",
+    "httpx",
+    "allure-pytest",
+    "numpy",
+    "torch",
+    "torchao",
+    "flashinfer-python",
+    "sglang",
+    "vllm",
+    "xllamacpp",
+    "gguf",
+    "nvidia-ml-py",
+    "filelock",
+)
 
 _README = """# reports/
 
@@ -72,8 +87,9 @@ def git_commit(cwd: Path | None = None) -> str | None:
     """The commit of the pytest-sskj checkout (or ``cwd``), ``None`` outside git."""
     where = cwd or Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5,
-                             check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -116,8 +132,12 @@ class RunManifest:
                 "settings": settings,
                 "python": {"version": sys.version.split()[0], "executable": sys.executable},
                 "packages": _versions(),
-                "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
-                         "machine": platform.machine(), "cpus": os.cpu_count()},
+                "host": {
+                    "hostname": socket.gethostname(),
+                    "platform": platform.platform(),
+                    "machine": platform.machine(),
+                    "cpus": os.cpu_count(),
+                },
                 "argv": [redact_text(a) for a in redact_argv(sys.argv)],
             }
         )
@@ -130,8 +150,15 @@ class RunManifest:
         self.write()
 
     def finish(self, *, exitstatus: int, counts: dict[str, int]) -> None:
-        self.data.update({"end_time": time.time(), "end_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                          "status": "finished", "exitstatus": int(exitstatus), "counts": counts})
+        self.data.update(
+            {
+                "end_time": time.time(),
+                "end_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "status": "finished",
+                "exitstatus": int(exitstatus),
+                "counts": counts,
+            }
+        )
         self.write()
 
     def write(self) -> None:

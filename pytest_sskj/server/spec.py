@@ -41,7 +41,7 @@ class ServerSpec:
     env: tuple[tuple[str, str], ...] = ()
     python: str | None = None
     disable_radix_cache: bool = True
-    host: str = "0.0.0.0"
+    host: str = "0.0.0.0"  # noqa: S104 - servers must be reachable from the client node
     labels: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -125,8 +125,16 @@ def _sglang(spec: ServerSpec) -> list[NodeCommand]:
         return cmds
     init = f"{spec.nodes[0]}:{spec.dist_init_port}"
     for rank in range(spec.nnodes):
-        argv = (*common, "--nnodes", str(spec.nnodes), "--node-rank", str(rank), "--dist-init-addr", init,
-                *spec.extra_args)
+        argv = (
+            *common,
+            "--nnodes",
+            str(spec.nnodes),
+            "--node-rank",
+            str(rank),
+            "--dist-init-addr",
+            init,
+            *spec.extra_args,
+        )
         cmds.append(NodeCommand(_host(spec, rank), rank, argv, spec.env, rank == 0, port))
     return cmds
 
@@ -165,8 +173,17 @@ def _vllm(spec: ServerSpec) -> list[NodeCommand]:
         raise ValueError(f"vLLM multi-node needs --dp ({spec.dp}) divisible by the node count ({spec.nnodes})")
     local = spec.dp // spec.nnodes
     for rank in range(spec.nnodes):
-        argv = [*base, "--data-parallel-size", str(spec.dp), "--data-parallel-size-local", str(local),
-                "--data-parallel-address", spec.nodes[0], "--data-parallel-rpc-port", str(spec.dist_init_port)]
+        argv = [
+            *base,
+            "--data-parallel-size",
+            str(spec.dp),
+            "--data-parallel-size-local",
+            str(local),
+            "--data-parallel-address",
+            spec.nodes[0],
+            "--data-parallel-rpc-port",
+            str(spec.dist_init_port),
+        ]
         if rank == 0:
             argv += ["--host", spec.host, "--port", str(port)]
         else:
@@ -182,9 +199,20 @@ EMBEDDED_SLOTS = {"parallel": 8, "serial": 1}
 def _embedded(spec: ServerSpec) -> list[NodeCommand]:
     py = spec.python or ("python3" if spec.nodes else sys.executable)
     slots = EMBEDDED_SLOTS[spec.backend]
-    argv = [py, "-m", "pytest_sskj.server.embedded", "serve", "--model", spec.model_path or "<generated tiny.gguf>",
-            "--host", "127.0.0.1" if not spec.nodes else spec.host, "--port", str(spec.port),
-            "--parallel", str(slots)]
+    argv = [
+        py,
+        "-m",
+        "pytest_sskj.server.embedded",
+        "serve",
+        "--model",
+        spec.model_path or "<generated tiny.gguf>",
+        "--host",
+        "127.0.0.1" if not spec.nodes else spec.host,
+        "--port",
+        str(spec.port),
+        "--parallel",
+        str(slots),
+    ]
     if spec.chunk is not None:
         argv += ["--batch", str(spec.chunk)]
     argv += list(spec.extra_args)
@@ -203,15 +231,29 @@ def node_commands(spec: ServerSpec) -> list[NodeCommand]:
     return builder(spec)
 
 
-def spec_from_settings(settings: object, *, backend: str, chunk: int | None,
-                       extra: Iterable[tuple[str, str]] = ()) -> ServerSpec:
+def spec_from_settings(
+    settings: object, *, backend: str, chunk: int | None, extra: Iterable[tuple[str, str]] = ()
+) -> ServerSpec:
     """Build the spec of one (backend, chunk) point from resolved :class:`~pytest_sskj.settings.Settings`."""
     from pytest_sskj.settings import Settings
 
     assert isinstance(settings, Settings)
     s = settings
     return ServerSpec(
-        engine=s.engine, backend=backend, model_path=s.model_path, nodes=s.nodes, tp=s.tp, ep=s.ep, dp=s.dp,
-        pp=s.pp, chunk=chunk, port=s.port, dist_init_port=s.dist_init_port, placement=s.placement,
-        extra_args=s.server_args, env=s.env, python=s.python, labels=tuple(extra),
+        engine=s.engine,
+        backend=backend,
+        model_path=s.model_path,
+        nodes=s.nodes,
+        tp=s.tp,
+        ep=s.ep,
+        dp=s.dp,
+        pp=s.pp,
+        chunk=chunk,
+        port=s.port,
+        dist_init_port=s.dist_init_port,
+        placement=s.placement,
+        extra_args=s.server_args,
+        env=s.env,
+        python=s.python,
+        labels=tuple(extra),
     )

@@ -6,10 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sskj.parsing import expand_nodes, parse_bool, parse_int_list, parse_name_list, parse_size, parse_size_list
+from pytest_sskj.parsing import (
+    expand_nodes,
+    parse_bool,
+    parse_int_list,
+    parse_name_list,
+    parse_size,
+    parse_size_list,
+)
 
 
-@pytest.mark.parametrize(("text", "expected"), [("4096", 4096), ("8K", 8192), ("16k", 16384), (" 1 ", 1), ("2M", 2 << 20)])
+@pytest.mark.parametrize(
+    ("text", "expected"), [("4096", 4096), ("8K", 8192), ("16k", 16384), (" 1 ", 1), ("2M", 2 << 20)]
+)
 def test_parse_size_accepts_suffixes(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 

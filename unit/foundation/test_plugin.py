@@ -17,7 +17,9 @@ def test_help_shows_the_sskj_group_with_every_option(pytester: pytest.Pytester) 
     missing = [o.flags[0] for o in OPTIONS if o.flags[0] not in out]
     assert not missing, f"options missing from --help: {missing}"
     for o in OPTIONS:
-        assert o.env in out.replace("\n", " ").replace("  ", " ") or o.env.replace("_", "") in out.replace(" ", ""), o.env
+        assert o.env in out.replace("\n", " ").replace("  ", " ") or o.env.replace("_", "") in out.replace(" ", ""), (
+            o.env
+        )
 
 
 def test_plugin_registers_via_entry_point_and_can_be_disabled(pytester: pytest.Pytester) -> None:
@@ -37,11 +39,22 @@ def test_plugin_registers_via_entry_point_and_can_be_disabled(pytester: pytest.P
         (["--nodes", "604-601"], {}, "*--nodes on the command line: range '604-601' runs backwards*"),
         (["--chunk", "0"], {}, "*--chunk on the command line: '0' must be at least 1*"),
         (["--concurrency", "-1"], {}, "*--concurrency on the command line: -1 must be at least 1*"),
-        (["--engine", "sglang", "--tp", "32", "--nodes", "601-603"], {},
-         "*32 GPUs cannot be split evenly over 3 node(s)*"),
-        (["--engine", "sglang", "--tp", "32", "--nodes", "601-602"], {}, "*needs 16 GPUs per node, but nodes have 8*"),
+        (
+            ["--engine", "sglang", "--tp", "32", "--nodes", "601-603"],
+            {},
+            "*32 GPUs cannot be split evenly over 3 node(s)*",
+        ),
+        (
+            ["--engine", "sglang", "--tp", "32", "--nodes", "601-602"],
+            {},
+            "*needs 16 GPUs per node, but nodes have 8*",
+        ),
         (["--engine", "sglang", "--tp", "8", "--ep", "3"], {}, "*--ep 3 must divide --tp 8*"),
-        (["--engine", "sglang", "--backend", "parallel"], {}, "*backend(s) parallel unknown to engine 'sglang'*"),
+        (
+            ["--engine", "sglang", "--backend", "parallel"],
+            {},
+            "*backend(s) parallel unknown to engine 'sglang'*",
+        ),
         (["--backend", "marlin"], {}, "*backend(s) marlin unknown to engine 'embedded'*"),
         (["--engine", "tgi"], {}, "*'tgi' is not one of embedded, sglang, vllm*"),
         (["--profile", "nope.toml"], {}, "*profile 'nope.toml' does not exist*"),
@@ -49,15 +62,27 @@ def test_plugin_registers_via_entry_point_and_can_be_disabled(pytester: pytest.P
         ([], {"SSKJ_REPEATS": "zero"}, "*environment variable SSKJ_REPEATS: 'zero' is not an integer*"),
         (["--launcher", "ssh"], {}, "*--launcher ssh needs --nodes*"),
         (["--target-url", "localhost:8000"], {}, "*is not an http(s) URL*"),
-        (["--target-url", "http://x:1", "--nodes", "601"], {}, "*--target-url benchmarks a server that is already*"),
+        (
+            ["--target-url", "http://x:1", "--nodes", "601"],
+            {},
+            "*--target-url benchmarks a server that is already*",
+        ),
         (["--tp", "2"], {}, "*embedded CPU engine has no tensor/expert/pipeline parallelism*"),
         (["--sskj-slo", "ttft=3"], {}, "*is not a gate*"),
-        (["--chunk", "4K", "--expect-best-chunk", "8K"], {}, "*--expect-best-chunk 8192 is not one of the chunks*"),
+        (
+            ["--chunk", "4K", "--expect-best-chunk", "8K"],
+            {},
+            "*--expect-best-chunk 8192 is not one of the chunks*",
+        ),
         (["--sskj-env", "NOEQUALS"], {}, "*'NOEQUALS' is not KEY=VALUE*"),
     ],
 )
 def test_bad_values_fail_at_parse_time_with_what_and_hint(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str], expected: str
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    expected: str,
 ) -> None:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -98,9 +123,21 @@ def test_dry_run_prints_matrix_and_every_node_command_and_launches_nothing(pytes
         """
     )
     result = pytester.runpytest(
-        "--sskj-dry-run", "--engine", "sglang", "--nodes", "601-604", "--tp", "32", "--ep", "4",
-        "--backend", "marlin,flashinfer_mxfp4", "--model-path", "/models/Kimi-K3",
-        "--sskj-env", "SUDO_PASSWORD=hunter2hunter2",
+        "--sskj-dry-run",
+        "--engine",
+        "sglang",
+        "--nodes",
+        "601-604",
+        "--tp",
+        "32",
+        "--ep",
+        "4",
+        "--backend",
+        "marlin,flashinfer_mxfp4",
+        "--model-path",
+        "/models/Kimi-K3",
+        "--sskj-env",
+        "SUDO_PASSWORD=hunter2hunter2",
     )
     assert result.ret == 0
     out = result.stdout.str()

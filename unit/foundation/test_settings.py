@@ -19,7 +19,14 @@ def _settings(pytester: pytest.Pytester, *args: str) -> Settings:
 def test_defaults_give_the_embedded_cpu_matrix(pytester: pytest.Pytester) -> None:
     s = _settings(pytester)
     assert (s.engine, s.backends, s.isl, s.osl, s.concurrencies, s.requests, s.repeats) == (
-        "embedded", ("parallel", "serial"), 512, 16, (8,), 40, 3)
+        "embedded",
+        ("parallel", "serial"),
+        512,
+        16,
+        (8,),
+        40,
+        3,
+    )
     assert s.launcher == "local" and s.nodes == ()
     assert s.sources["engine"] == "default" and s.sources["isl"] == "engine"
 
@@ -31,7 +38,9 @@ def test_sglang_engine_defaults_are_the_users_kimi_preset(pytester: pytest.Pytes
     assert (s.isl, s.osl, s.concurrencies, s.endpoint) == (16384, 1, (8, 16), "generate")
 
 
-def test_precedence_cli_over_env_over_ini_over_profile(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_cli_over_env_over_ini_over_profile(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     profile = pytester.path / "p.toml"
     profile.write_text('requests = 10\nrepeats = 2\nisl = "1K"\nosl = 4\nmodel = "Kimi-K3"\n')
     pytester.makeini("[pytest]\nsskj_requests = 20\nsskj_repeats = 5\nsskj_isl = 2K\n")

@@ -28,7 +28,7 @@ def test_undefined_metric_is_not_judged_never_passes_vacuously() -> None:
 
 @pytest.mark.parametrize("text", ["ttft<", "ttft_p95_ms=<3", "3000>ttft", "ttft_p95_ms<abc"])
 def test_bad_gates_are_refused(text: str) -> None:
-    with pytest.raises(ValueError, match="gate|number"):
+    with pytest.raises(ValueError, match=r"gate|number"):
         parse_slo(text)
 
 

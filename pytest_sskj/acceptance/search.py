@@ -1,0 +1,180 @@
+"""Adaptive concurrency search as a pure algorithm over a ``measure(c) -> metrics`` callable.
+
+The users' two modes (``run_adaptive_concurrency*.sh``):
+
+* ``double``: C = 1, 2, 4, ... while the SLO holds; stop at the first SLO miss, or at saturation
+  (doubling C raised throughput by less than ``saturation_gain_pct``), or at ``max_c``.
+* ``add16``: C = 16, 32, 48, ... while the SLO holds; at the first miss, step back to the last
+  concurrency that met it.  If C = 16 already misses, step back by halving (8, 4, 2, 1).
+
+The answer is the highest measured concurrency that met the SLO (``None`` if none did).  Every step is
+handed to ``on_step`` as soon as it is measured (the caller writes it to disk), and steps measured by
+an interrupted run can be passed back in ``known`` so a resumed search does not repeat them.  SLO
+metric names (``ttft_p95_ms``) are mapped from the bench's names (``p95_ttft_ms``) by :func:`slo_view`;
+TPOT is undefined, hence not judged, when OSL = 1.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_sskj.slo import GateResult, SloGate, evaluate_gates
+
+__all__ = ["MODES", "SearchResult", "Step", "judge", "search", "slo_view"]
+
+MODES = ("double", "add16")
+_BENCH_NAME = re.compile(r"^(mean|median|std|p\d+)_(ttft|tpot|itl|e2e_latency)_ms$")
+
+
+def slo_view(metrics: Mapping[str, Any], *, osl: int) -> dict[str, float | None]:
+    """Bench metrics under SLO names too: ``p95_ttft_ms`` -> ``ttft_p95_ms``, ``median_*`` -> ``*_p50_ms``.
+
+    With ``osl == 1`` every TPOT/ITL value is ``None``: a single output token has no inter-token time, and
+    a 0 standing for "no samples" must never pass a ``tpot_p95_ms<50`` gate.
+    """
+    out: dict[str, float | None] = {}
+    for key, value in metrics.items():
+        num = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        out[key] = num
+        m = _BENCH_NAME.match(key)
+        if m:
+            stat, name = m.group(1), m.group(2)
+            out[f"{name}_{stat}_ms"] = num
+            if stat == "median":
+                out[f"{name}_p50_ms"] = num
+    if osl <= 1:
+        for key in list(out):
+            if "tpot" in key or "itl" in key:
+                out[key] = None
+    return out
+
+
+def judge(gates: Sequence[SloGate], metrics: Mapping[str, Any], *, osl: int) -> tuple[bool, list[GateResult]]:
+    """Whether ``metrics`` meet every gate (undefined metrics are not judged) and the per-gate results."""
+    results = evaluate_gates(gates, slo_view(metrics, osl=osl))
+    return all(r.passed is not False for r in results), results
+
+
+@dataclass(frozen=True)
+class Step:
+    """One measured concurrency of a search."""
+
+    concurrency: int
+    metrics: Mapping[str, Any]
+    slo_ok: bool
+    reasons: tuple[str, ...]
+    """Gate sentences, and why the step failed when it did (failed requests, crash)."""
+    throughput: float | None
+    resumed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "slo_ok": self.slo_ok, "reasons": list(self.reasons),
+                "throughput": self.throughput, "resumed": self.resumed, "metrics": dict(self.metrics)}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The outcome of one search."""
+
+    mode: str
+    best: int | None
+    steps: tuple[Step, ...]
+    stop_reason: str
+    floor: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def passed(self) -> bool:
+        """Met the floor (any SLO-meeting concurrency when no floor is given)."""
+        if self.best is None:
+            return False
+        return self.floor is None or self.best >= self.floor
+
+    def message(self) -> str:
+        trail = ", ".join(f"C={s.concurrency} {'ok' if s.slo_ok else 'MISS'}" for s in self.steps)
+        best = f"C={self.best}" if self.best is not None else "none"
+        floor = f" (floor C={self.floor}: {'met' if self.passed else 'NOT met'})" if self.floor is not None else ""
+        return f"{self.mode}: highest concurrency meeting the SLO = {best}{floor}; {self.stop_reason}; steps: {trail}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "best": self.best, "floor": self.floor, "passed": self.passed,
+                "stop_reason": self.stop_reason, "message": self.message(),
+                "steps": [s.as_dict() for s in self.steps]}
+
+
+def _throughput(metrics: Mapping[str, Any]) -> float | None:
+    for key in ("total_throughput", "request_throughput", "input_throughput"):
+        v = metrics.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def search(mode: str, measure: Callable[[int], Mapping[str, Any]], gates: Sequence[SloGate], *, osl: int,
+           max_c: int, floor: int | None = None, saturation_gain_pct: float = 10.0,
+           known: Mapping[int, Mapping[str, Any]] | None = None,
+           on_step: Callable[[Step], None] | None = None) -> SearchResult:
+    """Run the ``mode`` search; ``measure(c)`` returns bench metrics (an ``ok`` key False marks a broken step)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
+    if max_c < 1:
+        raise ValueError(f"max concurrency must be >= 1, got {max_c}")
+    cache = dict(known or {})
+    steps: list[Step] = []
+
+    def step(c: int) -> Step:
+        resumed = c in cache
+        metrics = dict(cache[c]) if resumed else dict(measure(c))
+        ok, results = judge(gates, metrics, osl=osl)
+        reasons = [r.sentence() for r in results]
+        if metrics.get("ok") is False:
+            ok = False
+            reasons.insert(0, str(metrics.get("error") or "requests failed the strict oracle"))
+        s = Step(c, metrics, ok, tuple(reasons), _throughput(metrics), resumed)
+        steps.append(s)
+        if on_step is not None and not resumed:
+            on_step(s)
+        return s
+
+    best: int | None = None
+    if mode == "double":
+        c, prev_tp = 1, None
+        stop = f"reached the maximum C={max_c} (--sskj-search-max)"
+        while c <= max_c:
+            s = step(c)
+            if not s.slo_ok:
+                stop = f"SLO missed at C={c} ({'; '.join(s.reasons)})"
+                break
+            best = c
+            if prev_tp is not None and s.throughput is not None and s.throughput < prev_tp * (
+                    1 + saturation_gain_pct / 100.0):
+                gain = (s.throughput / prev_tp - 1) * 100 if prev_tp else 0.0
+                stop = (f"saturated at C={c}: doubling C raised throughput {gain:+.1f} % "
+                        f"(< {saturation_gain_pct:g} %)")
+                break
+            prev_tp = s.throughput
+            c *= 2
+        return SearchResult(mode, best, tuple(steps), stop, floor)
+
+    c = min(16, max_c)
+    stop = f"reached the maximum C={max_c} (--sskj-search-max)"
+    while c <= max_c:
+        s = step(c)
+        if s.slo_ok:
+            best = c
+            c += 16
+            continue
+        if best is None:
+            back = c // 2
+            while back >= 1:
+                if step(back).slo_ok:
+                    best = back
+                    break
+                back //= 2
+        target = f"stepped back to C={best}" if best is not None else "no concurrency met the SLO"
+        stop = f"SLO missed at C={c} ({'; '.join(s.reasons)}); {target}"
+        break
+    return SearchResult(mode, best, tuple(steps), stop, floor)

@@ -1,0 +1,130 @@
+"""The per-run point store: ``<run dir>/points/<point id>/`` holds each point's result as it is produced.
+
+Each finished point writes ``result.json`` (the contract's result row plus a few acceptance keys) and
+``samples.json`` (per-request TTFT / E2E / TPOT samples in ms, which the bootstrap comparison needs)
+atomically, so an interrupted run keeps every finished point on disk.  ``--resume <run id>`` reuses the
+run directory; :meth:`PointStore.finished` reads a point back and the runner does not repeat it.  The
+adaptive search keeps its steps in ``<run dir>/search/<config>/steps.jsonl`` (:class:`StepLog`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RESUMABLE_STATUSES", "PointStore", "StepLog", "atomic_write_json", "jsonable"]
+
+RESUMABLE_STATUSES = frozenset({"passed", "failed"})
+"""Rows with these statuses were measured; ``not_run`` rows and crashed points are measured again."""
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with NaN/inf floats as ``None`` and tuples/sets/paths as JSON types."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (never half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(jsonable(obj), fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+class PointStore:
+    """Results of one run's points under ``<run dir>/points/``."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.root = run_dir / "points"
+
+    def point_dir(self, point_id: str) -> Path:
+        d = self.root / point_id
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def write(self, point_id: str, row: Mapping[str, Any], samples: Mapping[str, Sequence[float]]) -> Path:
+        """Store one point's row and samples; samples first, so a row on disk always has its samples."""
+        d = self.point_dir(point_id)
+        atomic_write_json(d / "samples.json", {k: list(v) for k, v in samples.items()})
+        atomic_write_json(d / "result.json", row)
+        return d / "result.json"
+
+    def read(self, point_id: str) -> tuple[dict[str, Any], dict[str, list[float]]] | None:
+        """The stored row and samples of ``point_id``; ``None`` when absent or unreadable."""
+        d = self.root / point_id
+        row = _read_json(d / "result.json")
+        if not isinstance(row, dict):
+            return None
+        samples = _read_json(d / "samples.json")
+        return row, ({str(k): [float(x) for x in v] for k, v in samples.items()} if isinstance(samples, dict) else {})
+
+    def finished(self, point_id: str) -> tuple[dict[str, Any], dict[str, list[float]]] | None:
+        """A stored point that was measured and need not be repeated on ``--resume``."""
+        found = self.read(point_id)
+        if found is None:
+            return None
+        row = found[0]
+        if row.get("status") not in RESUMABLE_STATUSES or row.get("category") in ("crash", "timeout", "launch"):
+            return None
+        return found
+
+    def ids(self) -> list[str]:
+        """Ids of every point with a stored row."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if (p / "result.json").is_file())
+
+
+class StepLog:
+    """The steps of one adaptive concurrency search, appended as they are measured (JSON lines)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every complete step line; a torn last line (interrupted write) is ignored."""
+        if not self.path.is_file():
+            return []
+        steps: list[dict[str, Any]] = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                steps.append(obj)
+        return steps
+
+    def append(self, step: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(jsonable(step), sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())

@@ -1,0 +1,274 @@
+"""Endpoint adapters: what each serving API wants in a request and what one of its stream frames means.
+
+Three adapters implement :class:`Endpoint`: SGLang's native ``POST /generate`` (token-id prompt in
+``input_ids``, cumulative ``output_ids``/``text`` frames with ``meta_info``), OpenAI ``/v1/completions``
+(token-id list ``prompt``, ``max_tokens``, ``ignore_eos``, ``stream_options.include_usage``) and
+``/v1/chat/completions`` (a text prompt built from the ids).  An adapter only builds payloads and turns
+one decoded JSON frame into a :class:`FrameInfo` (new content tokens, finish reason, server token
+counts, error); the single timing loop in :mod:`pytest_sskj.bench.client` does everything else.
+
+Token counting per frame: ``/generate`` counts exactly, from the growth of ``meta_info.completion_tokens``
+(or of ``len(output_ids)`` when the server omits it).  The OpenAI endpoints carry no token ids, so a frame
+with non-empty text (chat: content, ``reasoning_content`` or ``reasoning``) counts as one token and a
+role-only or usage-only frame as none; the server's ``usage.completion_tokens`` stays the authority for
+the request's output length (see :mod:`pytest_sskj.bench.metrics`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+
+__all__ = [
+    "ENDPOINT_NAMES",
+    "ChatEndpoint",
+    "CompletionsEndpoint",
+    "Endpoint",
+    "FrameDecoder",
+    "FrameInfo",
+    "GenerateEndpoint",
+    "chat_words",
+    "get_endpoint",
+]
+
+ENDPOINT_NAMES = ("completions", "generate", "chat")
+
+# Words that are one token each in the embedded tiny model's vocab and, with the leading space, in the
+# common BPE vocabularies; the chat prompt is made of them (chat cannot take token ids).
+_CHAT_WORDS = ("the", "for", "this", "is", "over", "world")
+
+
+class FrameInfo(NamedTuple):
+    """What one stream frame says, in endpoint-neutral terms."""
+
+    tokens: int
+    """New content tokens carried by this frame (0 for role-only, usage-only and meta frames)."""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str | None = None
+
+
+_EMPTY = FrameInfo(0)
+
+
+class FrameDecoder(Protocol):
+    """Per-request state of an adapter (``/generate`` frames are cumulative, so it must remember)."""
+
+    def decode(self, obj: Any) -> FrameInfo:
+        """Interpret one JSON-decoded frame."""
+        ...
+
+
+class Endpoint(Protocol):
+    """One serving API: its path, its request body and its frame decoder."""
+
+    name: str
+    path: str
+    exact_prompt: bool
+    """Whether the prompt is sent as token ids, so the server's ``prompt_tokens`` must equal the ISL."""
+    exact_tokens: bool
+    """Whether per-frame token counts come from the server's ids (else one token per content frame)."""
+
+    def payload(
+        self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool
+    ) -> dict[str, Any]:
+        """The JSON body of one streaming request."""
+        ...
+
+    def decoder(self) -> FrameDecoder:
+        """A fresh decoder for one request."""
+        ...
+
+
+def frame_error(obj: Any) -> str | None:
+    """The error a frame reports (``{"error": ...}`` or ``{"object": "error", ...}``), else None."""
+    err = obj.get("error")
+    if err:
+        if isinstance(err, dict):
+            msg = err.get("message") or err
+            code = err.get("code")
+            return f"server error frame: {msg}" + (f" (code {code})" if code is not None else "")
+        return f"server error frame: {err}"
+    if obj.get("object") == "error":
+        return f"server error frame: {obj.get('message', obj)}"
+    return None
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _usage(obj: dict[str, Any]) -> tuple[int | None, int | None]:
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        return None, None
+    return _int_or_none(usage.get("prompt_tokens")), _int_or_none(usage.get("completion_tokens"))
+
+
+class _CompletionsDecoder:
+    __slots__ = ()
+
+    def decode(self, obj: Any) -> FrameInfo:
+        err = frame_error(obj)
+        if err:
+            return FrameInfo(0, error=err)
+        tokens = 0
+        finish = None
+        choices = obj.get("choices")
+        if choices:
+            c = choices[0]
+            if c.get("text"):
+                tokens = 1
+            finish = c.get("finish_reason")
+        pt, ct = _usage(obj)
+        if not tokens and finish is None and pt is None and ct is None:
+            return _EMPTY
+        return FrameInfo(tokens, finish, pt, ct)
+
+
+class _ChatDecoder:
+    __slots__ = ()
+
+    def decode(self, obj: Any) -> FrameInfo:
+        err = frame_error(obj)
+        if err:
+            return FrameInfo(0, error=err)
+        tokens = 0
+        finish = None
+        choices = obj.get("choices")
+        if choices:
+            c = choices[0]
+            delta = c.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+                tokens = 1
+            finish = c.get("finish_reason")
+        pt, ct = _usage(obj)
+        return FrameInfo(tokens, finish, pt, ct)
+
+
+class _GenerateDecoder:
+    """SGLang ``/generate`` frames carry the cumulative output (unless ``--incremental-streaming-output``,
+    where ``output_ids`` is a delta; ``meta_info.completion_tokens`` is cumulative in both modes)."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen = 0
+
+    def decode(self, obj: Any) -> FrameInfo:
+        err = frame_error(obj)
+        if err:
+            return FrameInfo(0, error=err)
+        meta = obj.get("meta_info")
+        meta = meta if isinstance(meta, dict) else {}
+        ct = _int_or_none(meta.get("completion_tokens"))
+        if ct is not None:
+            total = ct
+        else:
+            ids = obj.get("output_ids")
+            total = len(ids) if isinstance(ids, list) else self._seen
+        if total < self._seen:
+            return FrameInfo(
+                0, error=f"completion_tokens went backwards in a cumulative frame: {self._seen} -> {total}"
+            )
+        new = total - self._seen
+        self._seen = total
+        fr = meta.get("finish_reason")
+        finish = fr.get("type") if isinstance(fr, dict) else fr if isinstance(fr, str) else None
+        if finish == "abort" and isinstance(fr, dict) and fr.get("message"):
+            return FrameInfo(new, finish, _int_or_none(meta.get("prompt_tokens")), ct,
+                             error=f"request aborted by the server: {fr.get('message')}")
+        return FrameInfo(new, finish, _int_or_none(meta.get("prompt_tokens")), ct)
+
+
+class CompletionsEndpoint:
+    """OpenAI ``POST /v1/completions`` with a token-id prompt (SGLang, vLLM, llama.cpp accept it)."""
+
+    name = "completions"
+    path = "/v1/completions"
+    exact_prompt = True
+    exact_tokens = False
+
+    def payload(
+        self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": list(prompt_ids),
+            "max_tokens": osl,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": ignore_eos,
+        }
+        if model:
+            body["model"] = model
+        return body
+
+    def decoder(self) -> FrameDecoder:
+        return _CompletionsDecoder()
+
+
+def chat_words(prompt_ids: Sequence[int]) -> str:
+    """The chat prompt for these ids: one word per id (chat takes text, so its ISL is approximate)."""
+    n = len(_CHAT_WORDS)
+    return " ".join(_CHAT_WORDS[i % n] for i in prompt_ids)
+
+
+class ChatEndpoint:
+    """OpenAI ``POST /v1/chat/completions``; the prompt is text, so ``prompt_tokens`` is not checked."""
+
+    name = "chat"
+    path = "/v1/chat/completions"
+    exact_prompt = False
+    exact_tokens = False
+
+    def payload(
+        self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "messages": [{"role": "user", "content": chat_words(prompt_ids)}],
+            "max_tokens": osl,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": ignore_eos,
+        }
+        if model:
+            body["model"] = model
+        return body
+
+    def decoder(self) -> FrameDecoder:
+        return _ChatDecoder()
+
+
+class GenerateEndpoint:
+    """SGLang native ``POST /generate`` with ``input_ids``."""
+
+    name = "generate"
+    path = "/generate"
+    exact_prompt = True
+    exact_tokens = True
+
+    def payload(
+        self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool
+    ) -> dict[str, Any]:
+        return {
+            "input_ids": list(prompt_ids),
+            "sampling_params": {"max_new_tokens": osl, "ignore_eos": ignore_eos, "temperature": 0.0},
+            "stream": True,
+        }
+
+    def decoder(self) -> FrameDecoder:
+        return _GenerateDecoder()
+
+
+def get_endpoint(name: str) -> Endpoint:
+    """The adapter called ``name``; an unknown name lists the known ones."""
+    if name == "completions":
+        return CompletionsEndpoint()
+    if name == "generate":
+        return GenerateEndpoint()
+    if name == "chat":
+        return ChatEndpoint()
+    raise ValueError(f"unknown endpoint {name!r}: choose one of {', '.join(ENDPOINT_NAMES)}")

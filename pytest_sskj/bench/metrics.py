@@ -1,0 +1,163 @@
+"""Metric definitions (version ``METRICS_VERSION``), as pure functions over request records.
+
+All times are ``time.perf_counter()`` seconds in the records and milliseconds in the results.  Only
+requests that passed the strict oracle (:mod:`pytest_sskj.bench.oracle`) and are not warmup enter the
+latency distributions and the token totals; failed ones are counted in ``failed`` with their reasons.
+
+Per request ``i``:
+
+- ``TTFT_i = t_first - t_send``: ``t_send`` is taken just before the request is written (after the
+  concurrency slot was acquired), ``t_first`` when the first network read carrying a content token
+  arrived.  A frame with no content token (role-only, usage-only, empty text) does not stop the clock.
+- ``E2E_i = t_end - t_send``: ``t_end`` is when the stream ended (``[DONE]`` or connection close).
+- ``n_i`` = the server's ``completion_tokens`` (the oracle requires it).
+- ``TPOT_i = (E2E_i - TTFT_i) / (n_i - 1)``, excluding the first token; undefined (None) when ``n_i == 1``.
+- ITL samples: for each content read ``k`` after the first, the gap ``t_k - t_{k-1}`` between content
+  reads is divided evenly over the ``c_k`` tokens of read ``k`` and contributes ``c_k`` samples of
+  ``gap / c_k`` (per-token ITL).  Tokens of the first content read contribute no sample.  ``c_k`` is exact
+  on ``/generate`` (from the server's cumulative count); on the OpenAI endpoints each frame with text is
+  one token, so when a server packs several tokens into a frame the ITL is per frame there.
+  Samples are pooled over all successful requests.
+
+Per run (``duration`` = first measured send -> last measured end, seconds):
+
+- ``completed``/``failed``: measured requests that passed / failed the oracle; ``requests`` = both.
+- ``total_input_tokens`` = sum of the server's ``prompt_tokens`` (the sent ISL where not reported);
+  ``total_output_tokens`` = sum of ``n_i``; both over completed requests.
+- ``request_throughput = completed / duration``; ``input_throughput``, ``output_throughput``,
+  ``total_throughput`` = the token totals (input, output, both) / ``duration``, in tokens/s.
+- ``concurrency = sum(E2E_i) / duration`` (achieved, as sglang defines it); ``max_concurrency`` is the
+  configured limit.
+- For each of ``ttft``, ``tpot``, ``itl``, ``e2e_latency``: ``mean_*_ms``, ``median_*_ms``, ``std_*_ms``
+  (population, ``ddof=0``), ``p90_*_ms``, ``p95_*_ms``, ``p99_*_ms`` with numpy's default ``linear``
+  percentile method; ``max_itl_ms``.  Any statistic over no samples is None, never 0.
+
+The names follow ``sglang.bench_serving``'s result JSON so existing analysis scripts keep working;
+the differences are deliberate: sglang reports 0 for empty lists, counts a 200 with no tokens as a
+success, stamps TTFT on non-empty *text* and ends E2E at the last line read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from pytest_sskj.bench.records import RequestRecord
+
+__all__ = [
+    "LATENCY_METRICS",
+    "METRICS_VERSION",
+    "STATS",
+    "compute_metrics",
+    "distribution",
+    "e2e_ms",
+    "itl_samples_ms",
+    "tpot_ms",
+    "ttft_ms",
+]
+
+METRICS_VERSION = "sskj-metrics/1"
+"""Bump whenever a definition in this module's docstring changes."""
+
+STATS = ("mean", "median", "std", "p90", "p95", "p99")
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
+
+Metrics = dict[str, float | int | str | None]
+
+
+def ttft_ms(rec: RequestRecord) -> float | None:
+    """Time to first content token in ms; None when no token arrived or a stamp is missing."""
+    if rec.t_send is None or rec.t_first is None:
+        return None
+    return (rec.t_first - rec.t_send) * 1000.0
+
+
+def e2e_ms(rec: RequestRecord) -> float | None:
+    """Send to end of stream in ms; None when a stamp is missing."""
+    if rec.t_send is None or rec.t_end is None:
+        return None
+    return (rec.t_end - rec.t_send) * 1000.0
+
+
+def tpot_ms(rec: RequestRecord) -> float | None:
+    """``(E2E - TTFT) / (n - 1)`` in ms; None when ``n <= 1`` or a stamp is missing."""
+    n = rec.output_tokens
+    ttft = ttft_ms(rec)
+    e2e = e2e_ms(rec)
+    if n <= 1 or ttft is None or e2e is None:
+        return None
+    return (e2e - ttft) / (n - 1)
+
+
+def itl_samples_ms(rec: RequestRecord) -> list[float]:
+    """Per-token inter-token latencies in ms (see the module docstring)."""
+    out: list[float] = []
+    prev: float | None = None
+    for t, c in zip(rec.chunk_times, rec.chunk_tokens):
+        if c <= 0:
+            continue
+        if prev is not None:
+            per = (t - prev) * 1000.0 / c
+            out.extend([per] * c)
+        prev = t
+    return out
+
+
+def distribution(name: str, values: Sequence[float]) -> dict[str, float | None]:
+    """``{mean,median,std,p90,p95,p99}_<name>_ms`` over ``values``; all None when there are none."""
+    if not values:
+        return {f"{s}_{name}_ms": None for s in STATS}
+    a = np.asarray(values, dtype=np.float64)
+    p90, p95, p99 = np.percentile(a, [90.0, 95.0, 99.0], method="linear")
+    return {
+        f"mean_{name}_ms": float(a.mean()),
+        f"median_{name}_ms": float(np.median(a)),
+        f"std_{name}_ms": float(a.std()),
+        f"p90_{name}_ms": float(p90),
+        f"p95_{name}_ms": float(p95),
+        f"p99_{name}_ms": float(p99),
+    }
+
+
+def _div(num: float, den: float | None) -> float | None:
+    return num / den if den else None
+
+
+def compute_metrics(records: Iterable[RequestRecord], *, max_concurrency: int | None = None) -> Metrics:
+    """Every run-level metric over the measured (non-warmup) records; see the module docstring."""
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    sends = [r.t_send for r in measured if r.t_send is not None]
+    ends = [r.t_end for r in measured if r.t_end is not None]
+    duration = (max(ends) - min(sends)) if sends and ends else None
+    if duration is not None and duration <= 0:
+        duration = None
+    total_in = sum(r.input_tokens for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    ttfts = [v for v in map(ttft_ms, ok) if v is not None]
+    tpots = [v for v in map(tpot_ms, ok) if v is not None]
+    e2es = [v for v in map(e2e_ms, ok) if v is not None]
+    itls = [s for r in ok for s in itl_samples_ms(r)]
+    m: Metrics = {
+        "metrics_version": METRICS_VERSION,
+        "requests": len(measured),
+        "completed": len(ok),
+        "failed": len(measured) - len(ok),
+        "duration": duration,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "total_output_tokens_counted": sum(r.tokens_counted for r in ok),
+        "request_throughput": _div(len(ok), duration),
+        "input_throughput": _div(total_in, duration),
+        "output_throughput": _div(total_out, duration),
+        "total_throughput": _div(total_in + total_out, duration),
+        "concurrency": _div(sum(e2es), duration) if e2es else None,
+        "max_concurrency": max_concurrency,
+    }
+    m.update(distribution("ttft", ttfts))
+    m.update(distribution("tpot", tpots))
+    m.update(distribution("itl", itls))
+    m["max_itl_ms"] = max(itls) if itls else None
+    m.update(distribution("e2e_latency", e2es))
+    return m

@@ -1,0 +1,131 @@
+"""Per-request records: raw ``perf_counter`` stamps and what the server said, one JSON line each.
+
+A :class:`RequestRecord` is filled by the timing loop (:mod:`pytest_sskj.bench.client`) and judged by
+the oracle (:mod:`pytest_sskj.bench.oracle`); metrics (:mod:`pytest_sskj.bench.metrics`) are derived from
+records only.  Stamps are raw ``time.perf_counter()`` seconds (``t_send`` just before the request is
+written, ``chunk_times[k]`` when network read ``k`` carrying ``chunk_tokens[k]`` new content tokens
+arrived, ``t_end`` when the stream ended).  :class:`RecordSink` appends each record to
+``requests.jsonl`` as the request finishes and flushes the line, so a run that dies loses nothing
+already finished.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["RecordSink", "RequestRecord", "load_records"]
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything measured about one request."""
+
+    index: int
+    warmup: bool
+    repeat: int
+    url: str
+    endpoint: str
+    isl: int
+    """Prompt tokens sent (client side)."""
+    osl: int
+    """Output tokens requested."""
+    ignore_eos: bool = True
+    exact_prompt: bool = True
+    t_scheduled: float | None = None
+    """When the request was allowed to go (arrival time reached and a concurrency slot free)."""
+    t_send: float | None = None
+    t_first: float | None = None
+    """Arrival of the first read that carried a content token."""
+    t_end: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    http_status: int | None = None
+    frames: int = 0
+    bytes_received: int = 0
+    done_seen: bool = False
+    prompt_tokens: int | None = None
+    """Server-reported prompt tokens (None when the server did not say)."""
+    completion_tokens: int | None = None
+    """Server-reported completion tokens (None when the server did not say)."""
+    finish_reason: str | None = None
+    error: str | None = None
+    """Transport or protocol error seen by the client (first one)."""
+    failure: str | None = None
+    """The oracle's verdict: None when the request passed, else the reason."""
+
+    @property
+    def tokens_counted(self) -> int:
+        """Content tokens the client saw arrive."""
+        return sum(self.chunk_tokens)
+
+    @property
+    def output_tokens(self) -> int:
+        """Output length used by the metrics: the server's count when reported, else the client's."""
+        return self.completion_tokens if self.completion_tokens is not None else self.tokens_counted
+
+    @property
+    def input_tokens(self) -> int:
+        """Input length used by the metrics: the server's count when reported, else the client's."""
+        return self.prompt_tokens if self.prompt_tokens is not None else self.isl
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    def set_error(self, message: str) -> None:
+        """Keep the first error (later ones are usually consequences of it)."""
+        if self.error is None:
+            self.error = message
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        return cls(**d)
+
+
+class RecordSink:
+    """Appends records to a JSONL file, one flushed line per finished request."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] | None = path.open("a", encoding="utf-8")
+        self.written = 0
+
+    def write(self, rec: RequestRecord, **extra: Any) -> None:
+        if self._fh is None:
+            raise RuntimeError(f"RecordSink for {self.path} is closed; open a new one")
+        d = rec.to_dict()
+        d["ok"] = rec.ok
+        d.update(extra)
+        self._fh.write(json.dumps(d, separators=(",", ":")) + "\n")
+        self._fh.flush()
+        self.written += 1
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> RecordSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_records(path: Path) -> list[RequestRecord]:
+    """Read a ``requests.jsonl`` back (extra keys such as ``ok`` and ``label`` are dropped)."""
+    names = set(RequestRecord.__dataclass_fields__)
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                d = json.loads(line)
+                out.append(RequestRecord.from_dict({k: v for k, v in d.items() if k in names}))
+    return out

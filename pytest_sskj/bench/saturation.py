@@ -1,0 +1,111 @@
+"""Client-saturation self-check: could the client itself have distorted the numbers of a run?
+
+Three signals are measured while the measured phase runs:
+
+- event-loop lag: a ticker task asks to wake every ``tick_s`` and records how late it woke; a busy
+  loop (parsing, GC, a starved core) delays every timestamp the client takes by up to that much;
+- dispatch lag: for every request, the delay between the moment it was allowed to go (arrival time
+  reached and a concurrency slot free) and the moment it was sent;
+- client CPU: process CPU seconds over wall seconds (1.0 = one core busy; the loop runs on one core).
+
+:meth:`SaturationMonitor.verdict` marks the run ``client_bound`` when a p99 lag or the CPU share
+exceeds its threshold and returns the evidence (the measured values and the thresholds) either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SaturationMonitor", "SaturationThresholds"]
+
+
+@dataclass(frozen=True)
+class SaturationThresholds:
+    """Above any of these the run is marked client-bound."""
+
+    loop_lag_p99_ms: float = 5.0
+    dispatch_lag_p99_ms: float = 10.0
+    cpu_share: float = 0.95
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values), q)) if values else None
+
+
+class SaturationMonitor:
+    """Start with :meth:`start` inside the running loop, :meth:`stop` after the measured phase."""
+
+    def __init__(self, tick_s: float = 0.005, thresholds: SaturationThresholds | None = None) -> None:
+        self.tick_s = tick_s
+        self.thresholds = thresholds or SaturationThresholds()
+        self.loop_lags_ms: list[float] = []
+        self.dispatch_lags_ms: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self._wall0 = 0.0
+        self._cpu0 = 0.0
+        self._wall = 0.0
+        self._cpu = 0.0
+
+    def start(self) -> None:
+        if self._task is not None:
+            raise RuntimeError("SaturationMonitor already started; use one monitor per measured phase")
+        self._wall0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        lags = self.loop_lags_ms
+        tick = self.tick_s
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(tick)
+            lags.append(max(0.0, (time.perf_counter() - t0 - tick) * 1000.0))
+
+    def dispatched(self, t_scheduled: float, t_send: float) -> None:
+        """Record one request: allowed to go at ``t_scheduled``, sent at ``t_send``."""
+        self.dispatch_lags_ms.append(max(0.0, (t_send - t_scheduled) * 1000.0))
+
+    async def stop(self) -> None:
+        self._wall = time.perf_counter() - self._wall0
+        self._cpu = time.process_time() - self._cpu0
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def verdict(self) -> tuple[bool, dict[str, Any]]:
+        """``(client_bound, evidence)``."""
+        th = self.thresholds
+        loop_p99 = _p(self.loop_lags_ms, 99)
+        disp_p99 = _p(self.dispatch_lags_ms, 99)
+        cpu_share = self._cpu / self._wall if self._wall > 0 else None
+        reasons = []
+        if loop_p99 is not None and loop_p99 > th.loop_lag_p99_ms:
+            reasons.append(f"event-loop lag p99 {loop_p99:.2f} ms > {th.loop_lag_p99_ms} ms")
+        if disp_p99 is not None and disp_p99 > th.dispatch_lag_p99_ms:
+            reasons.append(f"dispatch lag p99 {disp_p99:.2f} ms > {th.dispatch_lag_p99_ms} ms")
+        if cpu_share is not None and cpu_share > th.cpu_share:
+            reasons.append(f"client CPU {cpu_share:.2f} of a core > {th.cpu_share}")
+        evidence: dict[str, Any] = {
+            "loop_lag_p50_ms": _p(self.loop_lags_ms, 50),
+            "loop_lag_p99_ms": loop_p99,
+            "loop_lag_max_ms": max(self.loop_lags_ms) if self.loop_lags_ms else None,
+            "loop_ticks": len(self.loop_lags_ms),
+            "dispatch_lag_p99_ms": disp_p99,
+            "dispatch_lag_max_ms": max(self.dispatch_lags_ms) if self.dispatch_lags_ms else None,
+            "client_cpu_share": cpu_share,
+            "thresholds": {
+                "loop_lag_p99_ms": th.loop_lag_p99_ms,
+                "dispatch_lag_p99_ms": th.dispatch_lag_p99_ms,
+                "cpu_share": th.cpu_share,
+            },
+            "reasons": reasons,
+        }
+        return bool(reasons), evidence

@@ -1,0 +1,179 @@
+"""MXFP8 / MXFP4 block quantization and dequantization (block size 32, E8M0 scales), FP4 nibble packing.
+
+This module owns the reference quantizers the acceptance tests compare kernels against. Two scale rules:
+
+* ``ScaleMode.RCEIL`` — FlashInfer / NVIDIA (cuBLAS, TE): ``b = cvt.rp.satfinite.ue8m0(amax / max_elem)``,
+  elements multiplied by ``2^(127-b)`` (``b == 0`` multiplies by 1, as FlashInfer's host quantizer and
+  torchao do), clamped to ±max and rounded RNE. Scaled values can never saturate.
+* ``ScaleMode.FLOOR`` — OCP MX v1.0 / torchao default: ``b = floor(log2 amax) - emax_elem`` (from the fp32
+  exponent bits), elements divided by ``max(2^(b-127), 2^-126)``, then clamped (blocks with amax in
+  ``(max, 2^(emax+1))·2^e`` saturate: E4M3 500 → 448, E2M1 7 → 6).
+
+FlashInfer's GPU kernels multiply by ``rcp.approx(448)`` instead of dividing; that only matters within an ulp
+of ``amax = 448·2^k`` (domain.md §3.4), which bit-exact tests avoid. FP4 bytes hold two E2M1 codes, the even
+element in the low nibble (domain.md §3.5). Scales are returned linear ``[..., K/32]`` or, on request, in the
+128x4 swizzle of :mod:`pytest_sskj.numerics.swizzle`. Inputs may be non-contiguous views; results do not
+depend on strides.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+from pytest_sskj.numerics.formats import (
+    E2M1,
+    E4M3,
+    E8M0_BIAS,
+    E8M0_NAN,
+    FloatFormat,
+    decode,
+    e8m0_decode,
+    e8m0_from_fp32_ceil,
+    e8m0_from_fp32_floor,
+    encode,
+)
+from pytest_sskj.numerics.swizzle import swizzle_128x4, unswizzle_128x4
+
+__all__ = [
+    "BLOCK",
+    "MxTensor",
+    "ScaleMode",
+    "mx_dequantize",
+    "mx_quantize",
+    "mxfp4_quantize",
+    "mxfp8_quantize",
+    "pack_fp4",
+    "unpack_fp4",
+]
+
+BLOCK = 32
+_F32_MIN_NORMAL = 2.0**-126
+
+
+class ScaleMode(enum.Enum):
+    """How the shared E8M0 exponent is chosen from the block's absolute maximum."""
+
+    RCEIL = "rceil"
+    FLOOR = "floor"
+
+
+@dataclass(frozen=True)
+class MxTensor:
+    """A quantized tensor: element ``codes`` (uint8; FP4 packed two per byte), E8M0 ``scale`` bytes.
+
+    ``shape`` is the logical (unpacked) shape ``[..., K]``. ``scale`` is ``[..., K/32]`` when
+    ``swizzled`` is False, else ``[..., round_up(M,128), round_up(K/32,4)]`` in 128x4 order (the flat
+    buffer FlashInfer uses, viewed 2-D per leading batch).
+    """
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    fmt: FloatFormat
+    shape: tuple[int, ...]
+    swizzled: bool = False
+    block_size: int = BLOCK
+
+    def linear_scale(self) -> torch.Tensor:
+        """The scale bytes as ``[..., K/32]``, undoing the swizzle when present."""
+        if not self.swizzled:
+            return self.scale
+        rows = self.shape[-2] if len(self.shape) >= 2 else 1
+        return unswizzle_128x4(self.scale, rows, self.shape[-1] // self.block_size)
+
+    def element_codes(self) -> torch.Tensor:
+        """One uint8 code per element, ``shape``-shaped (unpacks FP4)."""
+        return unpack_fp4(self.codes) if self.fmt is E2M1 else self.codes
+
+
+def pack_fp4(codes: torch.Tensor) -> torch.Tensor:
+    """Pack E2M1 codes ``[..., K]`` (uint8, values 0..15) into bytes ``[..., K/2]``: even element low nibble."""
+    if codes.shape[-1] % 2:
+        raise ValueError(f"pack_fp4 needs an even last dimension, got shape {tuple(codes.shape)}")
+    if codes.dtype != torch.uint8:
+        raise TypeError(f"pack_fp4 expects uint8 codes, got {codes.dtype}")
+    return (codes[..., 0::2] & 0xF) | ((codes[..., 1::2] & 0xF) << 4)
+
+
+def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pack_fp4`: bytes ``[..., K/2]`` → codes ``[..., K]`` (low nibble first)."""
+    if packed.dtype != torch.uint8:
+        packed = packed.view(torch.uint8)
+    low = packed & 0xF
+    high = packed >> 4
+    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
+def _blocks(x: torch.Tensor, block_size: int) -> torch.Tensor:
+    if x.dim() < 1 or x.shape[-1] % block_size:
+        raise ValueError(
+            f"MX quantization needs the last dimension to be a multiple of {block_size}, got shape "
+            f"{tuple(x.shape)}; pad K first"
+        )
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise TypeError(f"MX quantization takes float32/bfloat16/float16 input, got {x.dtype}")
+    x32 = x.to(torch.float32)
+    return x32.reshape(*x.shape[:-1], x.shape[-1] // block_size, block_size)
+
+
+def mx_quantize(
+    x: torch.Tensor,
+    fmt: FloatFormat,
+    mode: ScaleMode = ScaleMode.RCEIL,
+    *,
+    swizzle: bool = False,
+    block_size: int = BLOCK,
+) -> MxTensor:
+    """Quantize ``x [..., K]`` to MX format ``fmt`` (E4M3 for MXFP8, E2M1 for MXFP4).
+
+    Returns codes (FP4 packed) and E8M0 scales; see the module docstring for the two scale rules.
+    """
+    blocks = _blocks(x, block_size)
+    amax = blocks.abs().amax(dim=-1, keepdim=True)  # NaN anywhere → NaN amax
+    if mode is ScaleMode.RCEIL:
+        scale = e8m0_from_fp32_ceil(amax / fmt.max_finite)
+        inv = torch.ldexp(torch.ones_like(amax), (E8M0_BIAS - scale.to(torch.float32)))
+        inv = torch.where(scale == 0, torch.ones_like(inv), inv)
+        inv = torch.where(scale == E8M0_NAN, torch.full_like(inv, float("nan")), inv)
+        scaled = blocks * inv
+    elif mode is ScaleMode.FLOOR:
+        scale = e8m0_from_fp32_floor(amax, fmt.emax_elem)
+        as_fp32 = (scale.to(torch.int32) << 23).view(torch.float32)  # 0xFF → +Inf, as torchao
+        scaled = blocks / torch.clamp(as_fp32, min=_F32_MIN_NORMAL)
+    else:  # pragma: no cover - enum is closed
+        raise ValueError(f"unknown scale mode {mode!r}")
+    scaled = torch.clamp(scaled, min=-fmt.max_finite, max=fmt.max_finite)  # NaN passes through
+    codes = encode(scaled, fmt).reshape(x.shape)
+    scale = scale.squeeze(-1)
+    if fmt is E2M1:
+        codes = pack_fp4(codes)
+    if swizzle:
+        scale = swizzle_128x4(scale if scale.dim() >= 2 else scale.unsqueeze(0))
+    return MxTensor(
+        codes=codes, scale=scale, fmt=fmt, shape=tuple(x.shape), swizzled=swizzle, block_size=block_size
+    )
+
+
+def mxfp8_quantize(x: torch.Tensor, mode: ScaleMode = ScaleMode.RCEIL, *, swizzle: bool = False) -> MxTensor:
+    """MXFP8 (E4M3 elements, E8M0 scales per 32). RCEIL is what ``flashinfer.mxfp8_quantize`` does."""
+    return mx_quantize(x, E4M3, mode, swizzle=swizzle)
+
+
+def mxfp4_quantize(x: torch.Tensor, mode: ScaleMode = ScaleMode.RCEIL, *, swizzle: bool = False) -> MxTensor:
+    """MXFP4 (E2M1 elements packed two per byte, E8M0 scales per 32). RCEIL = ``flashinfer.mxfp4_quantize``."""
+    return mx_quantize(x, E2M1, mode, swizzle=swizzle)
+
+
+def mx_dequantize(t: MxTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``value = decode(code) · 2^(scale-127)`` in fp32 (exact), then cast to ``dtype``.
+
+    Scale byte 0 decodes to 2^-127 (OCP); FlashInfer's host decoders read it as 0 — the two agree
+    whenever the block's codes are all zero, which is what RCEIL produces for such blocks.
+    """
+    values = decode(t.element_codes(), t.fmt)
+    lead, k = t.shape[:-1], t.shape[-1]
+    scale = e8m0_decode(t.linear_scale()).reshape(*lead, k // t.block_size, 1)
+    out = values.reshape(*lead, k // t.block_size, t.block_size) * scale
+    return out.reshape(t.shape).to(dtype)

@@ -1,0 +1,190 @@
+"""PNG plots of a run (matplotlib, Agg, imported lazily): throughput vs chunk, TTFT vs concurrency,
+TTFT CDF per backend, and the adaptive concurrency search against its SLO line.
+
+Every function takes plain data (result rows, verdict dicts, per-request samples), writes one PNG
+atomically and returns its path, or ``None`` when there is nothing to draw.  No pyplot global state is
+used: each plot is a fresh :class:`matplotlib.figure.Figure` rendered by the Agg canvas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_sskj.report.summary import format_chunk, summarize_points
+
+__all__ = [
+    "find_request_files",
+    "plot_search",
+    "plot_throughput_vs_chunk",
+    "plot_ttft_cdf",
+    "plot_ttft_vs_concurrency",
+    "render_all",
+    "ttft_samples",
+]
+
+
+def _figure(title: str) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 5), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig: Any, out: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, out)
+    return out
+
+
+def plot_throughput_vs_chunk(rows: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
+    """Median input throughput (tok/s) against chunk size, one line per backend and concurrency."""
+    pts = [p for p in summarize_points(rows) if p.input_throughput is not None and isinstance(p.chunk, int)]
+    if not pts:
+        return None
+    fig, ax = _figure("Input throughput vs chunked-prefill size")
+    for backend, conc in sorted({(p.backend, p.concurrency) for p in pts}, key=str):
+        line = sorted((p.chunk, p.input_throughput) for p in pts if (p.backend, p.concurrency) == (backend, conc))
+        ax.plot([c for c, _ in line], [v for _, v in line], marker="o", label=f"{backend} C={conc}")
+    chunks = sorted({p.chunk for p in pts})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(chunks, [format_chunk(c) for c in chunks])
+    ax.set_xlabel("chunk size (tokens)")
+    ax.set_ylabel("input throughput (tok/s, median of repeats)")
+    ax.legend()
+    return _save(fig, out)
+
+
+def plot_ttft_vs_concurrency(rows: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
+    """TTFT P50 (solid) and P95 (dashed) in ms against concurrency, per backend and chunk."""
+    pts = [p for p in summarize_points(rows) if p.ttft_p50_ms is not None and isinstance(p.concurrency, int)]
+    if not pts:
+        return None
+    fig, ax = _figure("TTFT vs concurrency")
+    for backend, chunk in sorted({(p.backend, p.chunk) for p in pts}, key=str):
+        line = sorted((p.concurrency, p.ttft_p50_ms, p.ttft_p95_ms) for p in pts
+                      if (p.backend, p.chunk) == (backend, chunk))
+        drawn = ax.plot([c for c, _, _ in line], [v for _, v, _ in line], marker="o",
+                        label=f"{backend} chunk {format_chunk(chunk)} P50")
+        p95 = [(c, v) for c, _, v in line if v is not None]
+        if p95:
+            ax.plot([c for c, _ in p95], [v for _, v in p95], marker="x", linestyle="--",
+                    color=drawn[0].get_color(), label=f"{backend} chunk {format_chunk(chunk)} P95")
+    ax.set_xlabel("concurrency (in-flight requests)")
+    ax.set_ylabel("TTFT (ms)")
+    ax.legend(fontsize="small")
+    return _save(fig, out)
+
+
+def _ttft_ms(rec: Mapping[str, Any]) -> float | None:
+    if rec.get("error") or rec.get("ok") is False or rec.get("success") is False:
+        return None
+    for key, scale in (("ttft_ms", 1.0), ("ttft_s", 1000.0), ("ttft", 1000.0)):
+        v = rec.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v) * scale
+    return None
+
+
+def ttft_samples(paths: Iterable[Path]) -> list[float]:
+    """TTFT in ms of every successful request in ``requests.jsonl`` files (``ttft_ms``, ``ttft_s`` or
+    sglang's ``ttft`` in seconds); damaged lines are skipped."""
+    out: list[float] = []
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            v = _ttft_ms(rec) if isinstance(rec, dict) else None
+            if v is not None:
+                out.append(v)
+    return out
+
+
+def find_request_files(run_dir: Path, backends: Iterable[str]) -> dict[str, list[Path]]:
+    """``requests.jsonl`` files under ``run_dir`` by backend: the longest backend name in the path wins."""
+    names = sorted(set(backends), key=len, reverse=True)
+    found: dict[str, list[Path]] = {}
+    for path in sorted(run_dir.rglob("requests.jsonl")):
+        rel = str(path.relative_to(run_dir))
+        for b in names:
+            if b in rel:
+                found.setdefault(b, []).append(path)
+                break
+    return found
+
+
+def plot_ttft_cdf(samples: Mapping[str, Sequence[float]], out: Path) -> Path | None:
+    """Empirical CDF of per-request TTFT (ms), one curve per backend."""
+    series = {b: sorted(v) for b, v in samples.items() if v}
+    if not series:
+        return None
+    fig, ax = _figure("TTFT distribution (empirical CDF)")
+    for backend, xs in sorted(series.items()):
+        n = len(xs)
+        ax.step(xs, [(i + 1) / n for i in range(n)], where="post", label=f"{backend} (n={n})")
+    ax.set_xlabel("TTFT (ms)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_ylim(0, 1.02)
+    ax.legend()
+    return _save(fig, out)
+
+
+def plot_search(verdict: Mapping[str, Any], out: Path) -> Path | None:
+    """The adaptive search: the measured metric per concurrency step against the SLO threshold."""
+    steps = [s for s in verdict.get("steps") or [] if isinstance(s, Mapping)]
+    metric = str(verdict.get("metric") or "p95_ttft_ms")
+    pts = []
+    for s in steps:
+        v = s.get("value", s.get(metric))
+        if isinstance(s.get("concurrency"), (int, float)) and isinstance(v, (int, float)):
+            pts.append((float(s["concurrency"]), float(v), bool(s.get("passed", True))))
+    if not pts:
+        return None
+    title = f"Concurrency search: {verdict.get('backend', '')} chunk {format_chunk(verdict.get('chunk'))}"
+    fig, ax = _figure(title.strip())
+    ax.plot([c for c, _, _ in pts], [v for _, v, _ in pts], color="tab:blue", label=metric)
+    for c, v, ok in pts:
+        ax.plot([c], [v], marker="o" if ok else "x", color="tab:green" if ok else "tab:red", linestyle="none")
+    thr = verdict.get("threshold")
+    if isinstance(thr, (int, float)):
+        ax.axhline(float(thr), color="tab:red", linestyle="--", label=f"SLO {metric} < {thr:g}")
+    best = verdict.get("best_concurrency")
+    if isinstance(best, (int, float)):
+        ax.axvline(float(best), color="tab:green", linestyle=":", label=f"best C = {best:g}")
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel(metric)
+    ax.legend()
+    return _save(fig, out)
+
+
+def render_all(run_dir: Path, rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]],
+               backends: Iterable[str] = ()) -> list[Path]:
+    """Every plot of the run into ``run_dir/plots/``; returns the files written."""
+    plots = run_dir / "plots"
+    written: list[Path | None] = [
+        plot_throughput_vs_chunk(rows, plots / "throughput_vs_chunk.png"),
+        plot_ttft_vs_concurrency(rows, plots / "ttft_vs_concurrency.png"),
+    ]
+    names = [*backends, *(str(r.get("backend")) for r in rows if r.get("backend"))]
+    files = find_request_files(run_dir, names)
+    written.append(plot_ttft_cdf({b: ttft_samples(ps) for b, ps in files.items()}, plots / "ttft_cdf.png"))
+    for i, v in enumerate(x for x in verdicts if x.get("kind") == "search"):
+        written.append(plot_search(v, plots / f"search_{i}_{v.get('backend', 'x')}_{v.get('chunk', 'x')}.png"))
+    return [p for p in written if p is not None]

@@ -1,0 +1,228 @@
+"""``summary.md``: the users' result tables, the A/B verdicts, SLO gates and concurrency searches.
+
+The serving table is the one the users paste into their reports — ``Chunk | C | Backend | Input TPS |
+TTFT P50 | TTFT P95 | vs baseline`` — with the median over the passed repeats of each point, and a
+"vs baseline" cell such as ``+9.75% TPS / −8.96% TTFT`` (candidate median over baseline median; TTFT is
+P50).  Verdicts arrive as dicts through ``pytest_sskj_verdict``; every verdict has ``kind``,
+``passed`` and ``message``; these keys are used when present:
+
+- ``comparison``: ``baseline``, ``candidate`` (or ``backend``), ``chunk``, ``concurrency``;
+- ``chunk_curve``: ``backend``, ``best_chunk``, ``expected_best_chunk``;
+- ``search``: ``backend``, ``chunk``, ``mode``, ``metric``, ``threshold``, ``best_concurrency``,
+  ``steps`` (list of ``{concurrency, value, passed}``);
+- ``slo``: ``backend``, ``chunk``, ``concurrency``, ``gates`` (list of ``{metric, op, threshold, value,
+  passed}``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PointSummary", "format_chunk", "format_delta", "format_ms", "render_summary", "summarize_points"]
+
+MINUS = "\u2212"
+
+
+@dataclass(frozen=True)
+class PointSummary:
+    """Medians over the passed repeats of one (chunk, concurrency, backend) point."""
+
+    chunk: Any
+    concurrency: Any
+    backend: str
+    repeats: int
+    passed: int
+    input_throughput: float | None
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    tpot_p95_ms: float | None
+    tps_vs_baseline_pct: float | None = None
+    ttft_vs_baseline_pct: float | None = None
+    is_baseline: bool = False
+
+    @property
+    def vs_baseline(self) -> str:
+        if self.is_baseline:
+            return "baseline"
+        if self.tps_vs_baseline_pct is None and self.ttft_vs_baseline_pct is None:
+            return "n/a"
+        return f"{format_delta(self.tps_vs_baseline_pct)} TPS / {format_delta(self.ttft_vs_baseline_pct)} TTFT"
+
+
+def format_delta(pct: float | None) -> str:
+    """``+9.75%`` / ``−8.96%`` (a true minus sign), ``n/a`` when undefined."""
+    if pct is None:
+        return "n/a"
+    sign = "+" if pct >= 0 else MINUS
+    return f"{sign}{abs(pct):.2f}%"
+
+
+def format_ms(ms: float | None) -> str:
+    """Latency for people: ``48.86 s`` from 1 s up, ``812.3 ms`` below, ``n/a`` when undefined."""
+    if ms is None:
+        return "n/a"
+    return f"{ms / 1000.0:.2f} s" if ms >= 1000.0 else f"{ms:.1f} ms"
+
+
+def format_chunk(chunk: Any) -> str:
+    """``4K`` for 4096, ``1536`` for sizes that are not whole K."""
+    try:
+        n = int(chunk)
+    except (TypeError, ValueError):
+        return str(chunk)
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def _median(values: Iterable[Any]) -> float | None:
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return statistics.median(nums) if nums else None
+
+
+def _pct(candidate: float | None, baseline: float | None) -> float | None:
+    if candidate is None or baseline is None or baseline == 0:
+        return None
+    return (candidate / baseline - 1.0) * 100.0
+
+
+def _sort_key(v: Any) -> tuple[int, float, str]:
+    return (0, float(v), "") if isinstance(v, (int, float)) else (1, 0.0, str(v))
+
+
+def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = None) -> list[PointSummary]:
+    """One :class:`PointSummary` per (chunk, C, backend); ``baseline`` defaults to the first backend seen."""
+    groups: dict[tuple[Any, Any, str], list[Mapping[str, Any]]] = {}
+    backends: list[str] = []
+    for r in rows:
+        b = str(r.get("backend"))
+        if b not in backends:
+            backends.append(b)
+        groups.setdefault((r.get("chunk"), r.get("concurrency"), b), []).append(r)
+    base = baseline if baseline in backends else (backends[0] if backends else None)
+    order = {b: i for i, b in enumerate(sorted(backends, key=lambda b: (b != base, backends.index(b))))}
+    raw: dict[tuple[Any, Any, str], PointSummary] = {}
+    for key, rs in groups.items():
+        ok = [r for r in rs if r.get("status") == "passed"]
+        raw[key] = PointSummary(
+            chunk=key[0], concurrency=key[1], backend=key[2], repeats=len(rs), passed=len(ok),
+            input_throughput=_median(r.get("input_throughput") for r in ok),
+            ttft_p50_ms=_median(r.get("median_ttft_ms") for r in ok),
+            ttft_p95_ms=_median(r.get("p95_ttft_ms") for r in ok),
+            tpot_p95_ms=_median(r.get("p95_tpot_ms") for r in ok),
+        )
+    out: list[PointSummary] = []
+    for key in sorted(raw, key=lambda k: (_sort_key(k[0]), _sort_key(k[1]), order[k[2]])):
+        p = raw[key]
+        if key[2] == base:
+            out.append(_replace(p, is_baseline=True))
+            continue
+        b = raw.get((key[0], key[1], base)) if base is not None else None
+        out.append(_replace(p, tps_vs_baseline_pct=_pct(p.input_throughput, b.input_throughput if b else None),
+                            ttft_vs_baseline_pct=_pct(p.ttft_p50_ms, b.ttft_p50_ms if b else None)))
+    return out
+
+
+def _replace(p: PointSummary, **kw: Any) -> PointSummary:
+    from dataclasses import replace
+
+    return replace(p, **kw)
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines.extend("| " + " | ".join(_cell(c) for c in r) + " |" for r in rows)
+    return lines
+
+
+def _verdict_word(v: Mapping[str, Any]) -> str:
+    p = v.get("passed")
+    return "PASS" if p is True else "FAIL" if p is False else "n/a"
+
+
+def _subject(v: Mapping[str, Any]) -> str:
+    parts: list[str] = []
+    if v.get("candidate") and v.get("baseline"):
+        parts.append(f"{v['candidate']} vs {v['baseline']}")
+    elif v.get("backend"):
+        parts.append(str(v["backend"]))
+    if v.get("chunk") is not None:
+        parts.append(f"chunk {format_chunk(v['chunk'])}")
+    if v.get("concurrency") is not None:
+        parts.append(f"C={v['concurrency']}")
+    if v.get("mode"):
+        parts.append(str(v["mode"]))
+    return ", ".join(parts) or str(v.get("test_id", ""))
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def render_summary(rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]], *,
+                   manifest: Mapping[str, Any] | None = None, baseline: str | None = None,
+                   plots: Sequence[Path] = (), problems: Sequence[str] = ()) -> str:
+    """The Markdown text of ``summary.md``."""
+    m = manifest or {}
+    settings = m.get("settings") if isinstance(m.get("settings"), Mapping) else {}
+    assert isinstance(settings, Mapping)
+    if baseline is None and settings.get("backends"):
+        baseline = str(list(settings["backends"])[0])
+    lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
+    facts = [("status", m.get("status")), ("engine", settings.get("engine")),
+             ("model", settings.get("model_name") or settings.get("model_path")),
+             ("platform", settings.get("platform")), ("started", m.get("start_iso")), ("ended", m.get("end_iso"))]
+    if settings.get("tp"):
+        facts.append(("parallel", f"TP{settings.get('tp')}/EP{settings.get('ep')}/DP{settings.get('dp')}"
+                                  f"/PP{settings.get('pp')}"))
+    if settings.get("isl"):
+        facts.append(("shape", f"ISL {settings.get('isl')} / OSL {settings.get('osl')}, "
+                               f"{settings.get('requests')} requests x {settings.get('repeats')} repeats"))
+    lines += [f"- {k}: {v}" for k, v in facts if v not in (None, "")]
+    if problems:
+        lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
+    points = summarize_points(rows, baseline)
+    lines += ["", "## Serving points (median of passed repeats)", ""]
+    if points:
+        lines += _table(
+            ["Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline", "Repeats passed"],
+            ([format_chunk(p.chunk), p.concurrency, p.backend,
+              "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}", format_ms(p.ttft_p50_ms),
+              format_ms(p.ttft_p95_ms), p.vs_baseline, f"{p.passed}/{p.repeats}"] for p in points))
+    else:
+        lines.append("No serving point finished.")
+    failed = [r for r in rows if r.get("status") not in ("passed", None)]
+    if failed:
+        lines += ["", "## Points that did not pass", ""]
+        lines += _table(["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
+                        ([r.get("backend"), format_chunk(r.get("chunk")), r.get("concurrency"), r.get("repeat"),
+                          r.get("status"), "; ".join(map(str, r.get("reasons") or [])) or "-"] for r in failed))
+    if verdicts:
+        lines += ["", "## Verdicts", ""]
+        lines += _table(["Kind", "Subject", "Result", "Details"],
+                        ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts))
+    searches = [v for v in verdicts if v.get("kind") == "search"]
+    if searches:
+        lines += ["", "## Concurrency search", ""]
+        lines += _table(["Backend", "Chunk", "Mode", "Best C", "SLO", "Steps (C: value)"],
+                        ([v.get("backend"), format_chunk(v.get("chunk")), v.get("mode", ""),
+                          _num(v.get("best_concurrency")), f"{v.get('metric', '?')} < {_num(v.get('threshold'))}",
+                          ", ".join(f"{s.get('concurrency')}: {_num(s.get('value'))}{'' if s.get('passed') else ' ✗'}"
+                                    for s in v.get("steps") or [] if isinstance(s, Mapping))] for v in searches))
+    gates = [(v, g) for v in verdicts if v.get("kind") == "slo" for g in v.get("gates") or [] if isinstance(g, Mapping)]
+    if gates:
+        lines += ["", "## SLO gates", ""]
+        lines += _table(["Subject", "Gate", "Measured", "Result"],
+                        ([_subject(v), f"{g.get('metric')} {g.get('op', '<')} {_num(g.get('threshold'))}",
+                          _num(g.get("value")), _verdict_word(g)] for v, g in gates))
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
+    return "\n".join(lines) + "\n"

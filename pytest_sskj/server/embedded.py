@@ -1,0 +1,312 @@
+"""The embedded CPU engine: a tiny generated GGUF model served by llama.cpp's real HTTP server (xllamacpp).
+
+Three parts (embedded-engine.md §1b-§1d):
+
+* :func:`ensure_tiny_model` writes a deterministic random-weight llama GGUF (2 layers, hidden 64, vocab 512)
+  with the ``gguf`` package into a cache directory (atomic write under a file lock, ~1 s, byte-identical
+  every time).  A constant "bias channel" (residual dimension 0) keeps byte/control/unused tokens out of
+  sampling so a stream has exactly one non-empty chunk per token; ``eos_bias`` steers ``</s>`` the same way
+  (-1: never, +1: always first, to prove ``ignore_eos`` is honoured).
+* ``python -m pytest_sskj.server.embedded serve --model PATH --host H --port P --parallel N --batch B``
+  runs the server in-process, prints ``sskj-embedded: listening on http://H:PORT`` (port 0 binds a free
+  one) and exits 0 on SIGTERM/SIGINT.  ``--parallel`` is the slot count (the ``parallel`` backend = 8 slots
+  with continuous batching, ``serial`` = 1 slot), ``--batch`` is llama.cpp's ``n_batch`` (the "chunk").
+* :func:`embedded_server` starts that command through the local launcher, waits for ``/health`` and
+  yields the base URL; the tree is torn down on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_BATCH",
+    "MODEL_VERSION",
+    "VOCAB_SIZE",
+    "build_tiny_model",
+    "embedded_server",
+    "ensure_tiny_model",
+    "main",
+    "serve_argv",
+    "tiny_vocab",
+]
+
+MODEL_VERSION = 1
+VOCAB_SIZE = 512
+DEFAULT_BATCH = 512
+CTX_PER_SLOT = 4096
+_EMBED, _HEADS, _KV_HEADS, _FFN, _LAYERS, _CTX_TRAIN = 64, 4, 2, 128, 2, 4096
+_WORDS = ("the", "for", "this", "is", "over", "world", "hello", "quick", "brown", "fox", "jumps", "lazy", "dog",
+          "model", "server", "token", "test", "fast", "slow", "batch", "chunk", "prefill", "decode", "cluster",
+          "node", "rank", "expert", "kernel", "marlin", "latency", "through", "put", "and", "of", "to", "in")
+_PUNCT = ".,;:!?-'\"()[]/"
+
+
+def tiny_vocab() -> tuple[list[str], list[int]]:
+    """Pieces and ``gguf.TokenType`` values of the tiny SentencePiece-style vocabulary (512 entries)."""
+    normal, control, unknown, unused, byte = 1, 3, 2, 5, 6
+    pieces: list[str] = ["<unk>", "<s>", "</s>"]
+    types = [unknown, control, control]
+    for b in range(256):
+        pieces.append(f"<0x{b:02X}>")
+        types.append(byte)
+    seen = set(pieces)
+
+    def add(p: str) -> None:
+        if p not in seen and len(pieces) < VOCAB_SIZE:
+            seen.add(p)
+            pieces.append(p)
+            types.append(normal)
+
+    add("▁")
+    for c in "abcdefghijklmnopqrstuvwxyz":
+        add(c)
+    for c in "abcdefghijklmnopqrstuvwxyz":
+        add("▁" + c)
+    for c in "0123456789" + _PUNCT:
+        add(c)
+    for w in _WORDS:  # every prefix: llama.cpp's SPM merger only merges pairs whose result is in the vocab
+        for k in range(2, len(w) + 1):
+            add("▁" + w[:k])
+    while len(pieces) < VOCAB_SIZE:
+        pieces.append(f"<extra_{len(pieces)}>")
+        types.append(unused)
+    return pieces, types
+
+
+def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234) -> None:
+    """Write the tiny llama GGUF to ``path`` (deterministic for a given ``eos_bias`` and ``seed``)."""
+    import gguf
+    import numpy as np
+
+    pieces, types = tiny_vocab()
+    rng = np.random.default_rng(seed)
+    e, f, v = _EMBED, _FFN, VOCAB_SIZE
+    head_dim = e // _HEADS
+    e_kv = head_dim * _KV_HEADS
+
+    def rand(*shape: int, scale: float) -> np.ndarray:  # type: ignore[type-arg]
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("sskj-tiny-llama")
+    w.add_context_length(_CTX_TRAIN)
+    w.add_embedding_length(e)
+    w.add_block_count(_LAYERS)
+    w.add_feed_forward_length(f)
+    w.add_head_count(_HEADS)
+    w.add_head_count_kv(_KV_HEADS)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(v)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(pieces)
+    w.add_token_scores([0.0] * v)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    # bias channel: residual dim 0 is 1.0 in every embedding and nothing writes to it afterwards
+    emb = rand(v, e, scale=0.5)
+    emb[:, 0] = 1.0
+    w.add_tensor("token_embd.weight", emb)
+    w.add_tensor("output_norm.weight", np.ones(e, dtype=np.float32))
+    out = rand(v, e, scale=0.1)
+    out[:, 0] = 0.0
+    for i, t in enumerate(types):
+        if t != 1:
+            out[i, 0] = -8.0
+    out[2, 0] = 8.0 * eos_bias  # </s>: -1 never, +1 always
+    w.add_tensor("output.weight", out)
+    for layer in range(_LAYERS):
+        p = f"blk.{layer}."
+        attn_out = rand(e, e, scale=0.05)
+        attn_out[0, :] = 0.0
+        ffn_down = rand(e, f, scale=0.05)
+        ffn_down[0, :] = 0.0
+        w.add_tensor(p + "attn_norm.weight", np.ones(e, dtype=np.float32))
+        w.add_tensor(p + "attn_q.weight", rand(e, e, scale=0.1))
+        w.add_tensor(p + "attn_k.weight", rand(e_kv, e, scale=0.1))
+        w.add_tensor(p + "attn_v.weight", rand(e_kv, e, scale=0.1))
+        w.add_tensor(p + "attn_output.weight", attn_out)
+        w.add_tensor(p + "ffn_norm.weight", np.ones(e, dtype=np.float32))
+        w.add_tensor(p + "ffn_gate.weight", rand(f, e, scale=0.1))
+        w.add_tensor(p + "ffn_up.weight", rand(f, e, scale=0.1))
+        w.add_tensor(p + "ffn_down.weight", ffn_down)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def ensure_tiny_model(cache_dir: Path, *, eos_bias: float = -1.0) -> Path:
+    """The tiny model for ``eos_bias`` in ``cache_dir``, generated once (atomic, safe across xdist workers)."""
+    from filelock import FileLock
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tag = f"{eos_bias:+g}".replace("+", "p").replace("-", "m").replace(".", "_")
+    path = cache_dir / f"sskj-tiny-llama-v{MODEL_VERSION}-eos{tag}.gguf"
+    if path.is_file() and path.stat().st_size > 0:
+        return path
+    with FileLock(str(path) + ".lock"):
+        if path.is_file() and path.stat().st_size > 0:
+            return path
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            build_tiny_model(tmp, eos_bias=eos_bias)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+def serve_argv(
+    model: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    slots: int = 8,
+    batch: int | None = None,
+    threads: int | None = None,
+    alias: str | None = "tiny",
+    python: str | None = None,
+) -> list[str]:
+    """The command line of ``python -m pytest_sskj.server.embedded serve`` (the ``embedded`` engine's argv)."""
+    argv = [python or sys.executable, "-m", "pytest_sskj.server.embedded", "serve", "--model", str(model),
+            "--host", host, "--port", str(port), "--parallel", str(slots)]
+    if batch is not None:
+        argv += ["--batch", str(batch)]
+    if threads is not None:
+        argv += ["--threads", str(threads)]
+    if alias:
+        argv += ["--alias", alias]
+    return argv
+
+
+@contextlib.contextmanager
+def embedded_server(
+    model: Path,
+    *,
+    slots: int = 8,
+    batch: int = DEFAULT_BATCH,
+    log_path: Path,
+    port: int = 0,
+    threads: int | None = None,
+    timeout_s: float = 60.0,
+) -> Iterator[str]:
+    """Run the embedded server on ``model`` and yield its base URL (``http://127.0.0.1:PORT``).
+
+    The process starts in its own session and logs to ``log_path``; it is healthy (``/health`` 200) when the
+    URL is yielded, and its whole process tree is gone when the block exits.
+    """
+    from pytest_sskj.server.health import address_from_log, wait_healthy
+    from pytest_sskj.server.local import LocalLauncher
+    from pytest_sskj.server.logscan import LogOracle
+    from pytest_sskj.server.spec import NodeCommand
+
+    argv = serve_argv(model, port=port, slots=slots, batch=batch, threads=threads)
+    handle = LocalLauncher().start(NodeCommand("local", 0, tuple(argv), port=port), log_path)
+    try:
+        oracle = LogOracle("embedded")
+        oracle.add(log_path, "local", 0)
+        report = wait_healthy("embedded", [handle], [lambda: address_from_log(log_path)], timeout_s=timeout_s,
+                              oracle=oracle, label="embedded server")
+        yield report.urls[0]
+    finally:
+        handle.terminate(10.0)
+
+
+# --- the server process ----------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m pytest_sskj.server.embedded",
+                                 description="pytest-sskj's embedded CPU engine (llama.cpp server via xllamacpp)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="serve a GGUF model over HTTP until SIGTERM/SIGINT")
+    s.add_argument("--model", required=True, help="GGUF file")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=0, help="0 binds a free port (printed on stdout)")
+    s.add_argument("--parallel", type=int, default=8, help="slots (concurrent sequences); 1 serializes requests")
+    s.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="n_batch: tokens per prefill step (chunk)")
+    s.add_argument("--threads", type=int, default=None, help="CPU threads (default: min(2, cores))")
+    s.add_argument("--ctx-per-slot", type=int, default=CTX_PER_SLOT, help="context tokens per slot")
+    s.add_argument("--alias", default=None, help="model name served by /v1/models")
+    s.add_argument("--no-metrics", action="store_true", help="disable the Prometheus /metrics endpoint")
+    m = sub.add_parser("make-model", help="write the tiny GGUF model")
+    m.add_argument("path", type=Path)
+    m.add_argument("--eos-bias", type=float, default=-1.0)
+    return ap
+
+
+def _serve(a: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    import xllamacpp as xlc
+
+    if a.parallel < 1 or a.batch < 1:
+        sys.stderr.write(f"sskj-embedded: --parallel ({a.parallel}) and --batch ({a.batch}) must be >= 1\n")
+        return 2
+    if not Path(a.model).is_file():
+        sys.stderr.write(f"sskj-embedded: model file {a.model} does not exist; generate it with "
+                         "`python -m pytest_sskj.server.embedded make-model PATH`\n")
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    threads = a.threads or max(1, min(2, os.cpu_count() or 1))
+    p = xlc.CommonParams()
+    p.model.path = str(a.model)
+    if a.alias:
+        p.model_alias = [a.alias]  # a set<string>: a bare str would become its letters
+    p.n_ctx = a.ctx_per_slot * a.parallel
+    p.n_parallel = a.parallel
+    p.cont_batching = True
+    p.n_batch = a.batch
+    p.n_ubatch = min(a.batch, DEFAULT_BATCH)
+    p.cpuparams.n_threads = threads
+    p.cpuparams_batch.n_threads = threads
+    p.hostnames = [a.host]
+    p.port = a.port
+    p.endpoint_metrics = not a.no_metrics
+    try:
+        server = xlc.Server(p)
+    except RuntimeError as exc:
+        sys.stderr.write(f"sskj-embedded: {exc}\n")
+        return 1
+    sys.stdout.write(f"sskj-embedded: listening on {server.listening_address} "
+                     f"(slots {a.parallel}, n_batch {a.batch}, threads {threads}, pid {os.getpid()})\n")
+    sys.stdout.flush()
+    stop.wait()
+    sys.stdout.write("sskj-embedded: stopping\n")
+    sys.stdout.flush()
+    del server
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    if a.cmd == "make-model":
+        path = Path(a.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        build_tiny_model(path, eos_bias=a.eos_bias)
+        sys.stdout.write(f"{path}\n")
+        return 0
+    return _serve(a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
