@@ -188,6 +188,15 @@ OPTIONS: tuple[Option, ...] = (
         default=0.0,
     ),
     Option(
+        "compare_expect",
+        ("--sskj-compare-expect",),
+        "choice",
+        "What test_backend_comparison enforces: better (every candidate beats the baseline by --sskj-margin, "
+        "default) or report (verdicts are recorded, not enforced; the embedded engine's default)",
+        default="better",
+        choices=("better", "report"),
+    ),
+    Option(
         "expect_best_chunk",
         ("--expect-best-chunk",),
         "size",
@@ -265,6 +274,13 @@ OPTIONS: tuple[Option, ...] = (
         "append",
         "Extra ssh -o option, repeatable (e.g. StrictHostKeyChecking=no)",
     ),
+    Option(
+        "ssh_config",
+        ("--sskj-ssh-config",),
+        "path",
+        "ssh_config file (ssh -F) mapping node names such as 601 to HostName, User, IdentityFile for --launcher ssh",
+        metavar="FILE",
+    ),
     # --- GPUs -----------------------------------------------------------------------------------
     Option(
         "require_gpu",
@@ -272,6 +288,14 @@ OPTIONS: tuple[Option, ...] = (
         "bool",
         "Fail, instead of skip, tests whose GPU request cannot be met (release runs)",
         default=False,
+    ),
+    Option(
+        "gpu_wait_s",
+        ("--sskj-gpu-wait",),
+        "float",
+        "Seconds a gpu-marked test waits for busy matching GPUs (leased by another worker or session, "
+        "foreign processes, too little free memory) before it is skipped (default 600)",
+        default=600.0,
     ),
     # --- output ---------------------------------------------------------------------------------
     Option(

@@ -60,6 +60,7 @@ class Settings:
     seed: int
     slo: tuple[SloGate, ...]
     margin_pct: float
+    compare_expect: str
     expect_best_chunk: int | None
     search: str
     search_max: int
@@ -75,7 +76,9 @@ class Settings:
     ssh_port: int
     ssh_identity: Path | None
     ssh_options: tuple[str, ...]
+    ssh_config: Path | None
     require_gpu: bool
+    gpu_wait_s: float
     reports_dir: Path
     run_id: str
     dry_run: bool
@@ -105,6 +108,7 @@ class Settings:
         d["profile"] = str(self.profile) if self.profile else None
         d["reports_dir"] = str(self.reports_dir)
         d["ssh_identity"] = str(self.ssh_identity) if self.ssh_identity else None
+        d["ssh_config"] = str(self.ssh_config) if self.ssh_config else None
         d["slo"] = [str(g) for g in self.slo]
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
         d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate

@@ -47,7 +47,7 @@ host_up() {  # $1 index k (1-based), $2 DIR
     local k=$1 dir=$2
     local name=$((FIRST + k - 1))
     local ns=$PREFIX$name veth=sskjv$name addr=$NET.$((100 + k))
-    local hd=$dir/hosts/$name
+    local hd=$dir/hosts/$name pid
     ns_exists "$ns" || ip netns add "$ns"
     if ! ip link show "$veth" >/dev/null 2>&1; then
         ip link add "$veth" type veth peer name "sskjp$name"
@@ -84,6 +84,9 @@ MaxSessions 64
 LogLevel INFO
 EOF
     if ! sshd_running "$hd/sshd.pid" "$ns"; then
+        # an sshd of an earlier `up` with another DIR holds port 22 here: the namespace is ours, clear it
+        for pid in $(ip netns pids "$ns"); do kill -TERM "$pid" 2>/dev/null || true; done
+        for _ in $(seq 30); do [ -z "$(ip netns pids "$ns")" ] && break; sleep 0.1; done
         ip netns exec "$ns" "$SSHD" -f "$hd/sshd_config" -E "$hd/sshd.log"
         for _ in $(seq 50); do sshd_running "$hd/sshd.pid" "$ns" && break; sleep 0.1; done
         sshd_running "$hd/sshd.pid" "$ns" || die "sshd of $name did not start; see $hd/sshd.log"

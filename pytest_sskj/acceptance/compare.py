@@ -61,9 +61,13 @@ class RepeatSample:
             v = row.get(key)
             return float(v) if isinstance(v, (int, float)) else None
 
-        return cls(num("input_throughput"), num("median_ttft_ms"), num("p95_ttft_ms"),
-                   tuple(float(x) for x in samples.get("ttft_ms", ())),
-                   tuple(float(x) for x in samples.get("e2e_latency_ms", ())))
+        return cls(
+            num("input_throughput"),
+            num("median_ttft_ms"),
+            num("p95_ttft_ms"),
+            tuple(float(x) for x in samples.get("ttft_ms", ())),
+            tuple(float(x) for x in samples.get("e2e_latency_ms", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,10 @@ class Verdict:
             tail = f"{self.candidate} does not beat {self.baseline} {margin}: {', '.join(bad)} outside the margin"
         else:
             unsure = [m.name for m in self.metrics if m.outcome == "inconclusive"]
-            tail = (f"inconclusive: the {self.confidence * 100:g} % CI of {', '.join(unsure)} straddles the margin "
-                    f"{self.margin_pct:g} %; add --repeats or --requests to separate signal from noise")
+            tail = (
+                f"inconclusive: the {self.confidence * 100:g} % CI of {', '.join(unsure)} straddles the margin "
+                f"{self.margin_pct:g} %; add --repeats or --requests to separate signal from noise"
+            )
         notes = "".join(f"; {n}" for n in self.notes)
         return f"{head} — {tail}{notes}"
 
@@ -143,9 +149,16 @@ class Verdict:
             "seed": self.seed,
             "message": self.message(),
             "metrics": [
-                {"name": m.name, "baseline": m.baseline, "candidate": m.candidate, "delta_pct": m.delta_pct,
-                 "ci_low_pct": m.ci_low_pct, "ci_high_pct": m.ci_high_pct, "outcome": m.outcome,
-                 "higher_is_better": m.higher_is_better}
+                {
+                    "name": m.name,
+                    "baseline": m.baseline,
+                    "candidate": m.candidate,
+                    "delta_pct": m.delta_pct,
+                    "ci_low_pct": m.ci_low_pct,
+                    "ci_high_pct": m.ci_high_pct,
+                    "outcome": m.outcome,
+                    "higher_is_better": m.higher_is_better,
+                }
                 for m in self.metrics
             ],
         }
@@ -186,8 +199,15 @@ def _boot_stat(repeats: Sequence[RepeatSample], metric: str, n_boot: int, rng: A
     return np.median(np.stack(per_repeat, axis=0), axis=0)
 
 
-def bootstrap_ratio(base: Sequence[RepeatSample], cand: Sequence[RepeatSample], metric: str, *,
-                    n_boot: int, confidence: float, seed: int) -> tuple[float, float] | None:
+def bootstrap_ratio(
+    base: Sequence[RepeatSample],
+    cand: Sequence[RepeatSample],
+    metric: str,
+    *,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+) -> tuple[float, float] | None:
     """The ``confidence`` CI (percentile method) of ``(cand / base - 1) * 100`` for ``metric``.
 
     ``metric`` is ``input_tps``, ``ttft_p50`` or ``ttft_p95``.  ``None`` when either side has no samples.
@@ -209,8 +229,7 @@ def bootstrap_ratio(base: Sequence[RepeatSample], cand: Sequence[RepeatSample], 
     return float(lo), float(hi)
 
 
-def _outcome(higher_is_better: bool, ci: tuple[float, float] | None, delta: float | None,
-             margin_pct: float) -> str:
+def _outcome(higher_is_better: bool, ci: tuple[float, float] | None, delta: float | None, margin_pct: float) -> str:
     if ci is None:
         if delta is None:
             return "inconclusive"
@@ -224,12 +243,23 @@ def _outcome(higher_is_better: bool, ci: tuple[float, float] | None, delta: floa
     return "inconclusive"
 
 
-def compare(baseline: str, candidate: str, base: Sequence[RepeatSample], cand: Sequence[RepeatSample], *,
-            margin_pct: float = 0.0, confidence: float = 0.95, n_boot: int = 2000, seed: int = 42) -> Verdict:
+def compare(
+    baseline: str,
+    candidate: str,
+    base: Sequence[RepeatSample],
+    cand: Sequence[RepeatSample],
+    *,
+    margin_pct: float = 0.0,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 42,
+) -> Verdict:
     """Compare ``cand`` repeats against ``base`` repeats on input TPS and TTFT P50/P95."""
-    specs = (("input TPS", "input_tps", True, "input_tps"),
-             ("TTFT P50", "ttft_p50_ms", False, "ttft_p50"),
-             ("TTFT P95", "ttft_p95_ms", False, "ttft_p95"))
+    specs = (
+        ("input TPS", "input_tps", True, "input_tps"),
+        ("TTFT P50", "ttft_p50_ms", False, "ttft_p50"),
+        ("TTFT P95", "ttft_p95_ms", False, "ttft_p95"),
+    )
     metrics: list[MetricDelta] = []
     notes: list[str] = []
     for i, (name, attr, higher, boot_key) in enumerate(specs):

@@ -43,8 +43,10 @@ class Curve:
         measured = [p for p in self.points if p.input_tps is not None]
         if not measured:
             return None
-        return max(measured, key=lambda p: (p.input_tps or 0.0,
-                                            -(p.ttft_p50_ms if p.ttft_p50_ms is not None else float("inf"))))
+        return max(
+            measured,
+            key=lambda p: (p.input_tps or 0.0, -(p.ttft_p50_ms if p.ttft_p50_ms is not None else float("inf"))),
+        )
 
     @property
     def passed(self) -> bool | None:
@@ -68,8 +70,7 @@ class Curve:
             else:
                 others.append(f"{p.chunk} {fmt_pct((p.input_tps / best.input_tps - 1) * 100)} TPS")
         ttft = f", TTFT P50 {best.ttft_p50_ms:.1f} ms" if best.ttft_p50_ms is not None else ""
-        text = (f"{self.backend} C={self.concurrency}: best chunk {best.chunk} "
-                f"({best.input_tps:.2f} input TPS{ttft})")
+        text = f"{self.backend} C={self.concurrency}: best chunk {best.chunk} ({best.input_tps:.2f} input TPS{ttft})"
         if others:
             text += "; " + ", ".join(others)
         if self.expected_best is not None:
@@ -85,8 +86,16 @@ class Curve:
             "expected_best_chunk": self.expected_best,
             "passed": self.passed,
             "message": self.describe(),
-            "points": [{"chunk": p.chunk, "input_tps": p.input_tps, "ttft_p50_ms": p.ttft_p50_ms,
-                        "ttft_p95_ms": p.ttft_p95_ms, "repeats": p.repeats} for p in self.points],
+            "points": [
+                {
+                    "chunk": p.chunk,
+                    "input_tps": p.input_tps,
+                    "ttft_p50_ms": p.ttft_p50_ms,
+                    "ttft_p95_ms": p.ttft_p95_ms,
+                    "repeats": p.repeats,
+                }
+                for p in self.points
+            ],
         }
 
 
@@ -95,17 +104,24 @@ def _num(row: Mapping[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def build_curve(backend: str, concurrency: int, rows_by_chunk: Mapping[int | None, Sequence[Mapping[str, Any]]],
-                *, expected_best: int | None = None) -> Curve:
+def build_curve(
+    backend: str,
+    concurrency: int,
+    rows_by_chunk: Mapping[int | None, Sequence[Mapping[str, Any]]],
+    *,
+    expected_best: int | None = None,
+) -> Curve:
     """Build the curve from the result rows of each chunk (only rows with status ``passed`` count)."""
     pts = []
     for chunk, rows in rows_by_chunk.items():
         ok = [r for r in rows if r.get("status") == "passed"]
-        pts.append(ChunkPoint(
-            chunk,
-            median([v for r in ok if (v := _num(r, "input_throughput")) is not None]),
-            median([v for r in ok if (v := _num(r, "median_ttft_ms")) is not None]),
-            median([v for r in ok if (v := _num(r, "p95_ttft_ms")) is not None]),
-            len(ok),
-        ))
+        pts.append(
+            ChunkPoint(
+                chunk,
+                median([v for r in ok if (v := _num(r, "input_throughput")) is not None]),
+                median([v for r in ok if (v := _num(r, "median_ttft_ms")) is not None]),
+                median([v for r in ok if (v := _num(r, "p95_ttft_ms")) is not None]),
+                len(ok),
+            )
+        )
     return Curve(backend, concurrency, tuple(pts), expected_best)

@@ -141,11 +141,14 @@ def execution_order(points: Sequence[Point], *, interleave: bool) -> list[Point]
     backends = list(dict.fromkeys(p.backend for p in points))
     concs = list(dict.fromkeys(p.concurrency for p in points))
     if interleave:
+
         def key(p: Point) -> tuple[int, ...]:
             return (chunks.index(p.chunk), concs.index(p.concurrency), p.repeat, backends.index(p.backend))
     else:
+
         def key(p: Point) -> tuple[int, ...]:
             return (chunks.index(p.chunk), backends.index(p.backend), concs.index(p.concurrency), p.repeat)
+
     return sorted(points, key=key)
 
 

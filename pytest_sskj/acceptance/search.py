@@ -71,8 +71,14 @@ class Step:
     resumed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"concurrency": self.concurrency, "slo_ok": self.slo_ok, "reasons": list(self.reasons),
-                "throughput": self.throughput, "resumed": self.resumed, "metrics": dict(self.metrics)}
+        return {
+            "concurrency": self.concurrency,
+            "slo_ok": self.slo_ok,
+            "reasons": list(self.reasons),
+            "throughput": self.throughput,
+            "resumed": self.resumed,
+            "metrics": dict(self.metrics),
+        }
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,15 @@ class SearchResult:
         return f"{self.mode}: highest concurrency meeting the SLO = {best}{floor}; {self.stop_reason}; steps: {trail}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "best": self.best, "floor": self.floor, "passed": self.passed,
-                "stop_reason": self.stop_reason, "message": self.message(),
-                "steps": [s.as_dict() for s in self.steps]}
+        return {
+            "mode": self.mode,
+            "best": self.best,
+            "floor": self.floor,
+            "passed": self.passed,
+            "stop_reason": self.stop_reason,
+            "message": self.message(),
+            "steps": [s.as_dict() for s in self.steps],
+        }
 
 
 def _throughput(metrics: Mapping[str, Any]) -> float | None:
@@ -113,10 +125,18 @@ def _throughput(metrics: Mapping[str, Any]) -> float | None:
     return None
 
 
-def search(mode: str, measure: Callable[[int], Mapping[str, Any]], gates: Sequence[SloGate], *, osl: int,
-           max_c: int, floor: int | None = None, saturation_gain_pct: float = 10.0,
-           known: Mapping[int, Mapping[str, Any]] | None = None,
-           on_step: Callable[[Step], None] | None = None) -> SearchResult:
+def search(
+    mode: str,
+    measure: Callable[[int], Mapping[str, Any]],
+    gates: Sequence[SloGate],
+    *,
+    osl: int,
+    max_c: int,
+    floor: int | None = None,
+    saturation_gain_pct: float = 10.0,
+    known: Mapping[int, Mapping[str, Any]] | None = None,
+    on_step: Callable[[Step], None] | None = None,
+) -> SearchResult:
     """Run the ``mode`` search; ``measure(c)`` returns bench metrics (an ``ok`` key False marks a broken step)."""
     if mode not in MODES:
         raise ValueError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
@@ -149,11 +169,13 @@ def search(mode: str, measure: Callable[[int], Mapping[str, Any]], gates: Sequen
                 stop = f"SLO missed at C={c} ({'; '.join(s.reasons)})"
                 break
             best = c
-            if prev_tp is not None and s.throughput is not None and s.throughput < prev_tp * (
-                    1 + saturation_gain_pct / 100.0):
+            if (
+                prev_tp is not None
+                and s.throughput is not None
+                and s.throughput < prev_tp * (1 + saturation_gain_pct / 100.0)
+            ):
                 gain = (s.throughput / prev_tp - 1) * 100 if prev_tp else 0.0
-                stop = (f"saturated at C={c}: doubling C raised throughput {gain:+.1f} % "
-                        f"(< {saturation_gain_pct:g} %)")
+                stop = f"saturated at C={c}: doubling C raised throughput {gain:+.1f} % (< {saturation_gain_pct:g} %)"
                 break
             prev_tp = s.throughput
             c *= 2

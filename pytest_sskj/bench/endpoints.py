@@ -70,9 +70,7 @@ class Endpoint(Protocol):
     exact_tokens: bool
     """Whether per-frame token counts come from the server's ids (else one token per content frame)."""
 
-    def payload(
-        self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool
-    ) -> dict[str, Any]:
+    def payload(self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
         """The JSON body of one streaming request."""
         ...
 
@@ -177,8 +175,13 @@ class _GenerateDecoder:
         fr = meta.get("finish_reason")
         finish = fr.get("type") if isinstance(fr, dict) else fr if isinstance(fr, str) else None
         if finish == "abort" and isinstance(fr, dict) and fr.get("message"):
-            return FrameInfo(new, finish, _int_or_none(meta.get("prompt_tokens")), ct,
-                             error=f"request aborted by the server: {fr.get('message')}")
+            return FrameInfo(
+                new,
+                finish,
+                _int_or_none(meta.get("prompt_tokens")),
+                ct,
+                error=f"request aborted by the server: {fr.get('message')}",
+            )
         return FrameInfo(new, finish, _int_or_none(meta.get("prompt_tokens")), ct)
 
 
@@ -190,9 +193,7 @@ class CompletionsEndpoint:
     exact_prompt = True
     exact_tokens = False
 
-    def payload(
-        self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool
-    ) -> dict[str, Any]:
+    def payload(self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": list(prompt_ids),
             "max_tokens": osl,
@@ -223,9 +224,7 @@ class ChatEndpoint:
     exact_prompt = False
     exact_tokens = False
 
-    def payload(
-        self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool
-    ) -> dict[str, Any]:
+    def payload(self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             "messages": [{"role": "user", "content": chat_words(prompt_ids)}],
             "max_tokens": osl,
@@ -250,9 +249,7 @@ class GenerateEndpoint:
     exact_prompt = True
     exact_tokens = True
 
-    def payload(
-        self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool
-    ) -> dict[str, Any]:
+    def payload(self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
         return {
             "input_ids": list(prompt_ids),
             "sampling_params": {"max_new_tokens": osl, "ignore_eos": ignore_eos, "temperature": 0.0},

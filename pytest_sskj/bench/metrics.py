@@ -94,7 +94,7 @@ def itl_samples_ms(rec: RequestRecord) -> list[float]:
     """Per-token inter-token latencies in ms (see the module docstring)."""
     out: list[float] = []
     prev: float | None = None
-    for t, c in zip(rec.chunk_times, rec.chunk_tokens):
+    for t, c in zip(rec.chunk_times, rec.chunk_tokens, strict=True):
         if c <= 0:
             continue
         if prev is not None:
@@ -152,7 +152,7 @@ def compute_metrics(records: Iterable[RequestRecord], *, max_concurrency: int | 
         "input_throughput": _div(total_in, duration),
         "output_throughput": _div(total_out, duration),
         "total_throughput": _div(total_in + total_out, duration),
-        "concurrency": _div(sum(e2es), duration) if e2es else None,
+        "concurrency": _div(sum(e2es) / 1000.0, duration) if e2es else None,
         "max_concurrency": max_concurrency,
     }
     m.update(distribution("ttft", ttfts))

@@ -6,7 +6,8 @@ Three signals are measured while the measured phase runs:
   loop (parsing, GC, a starved core) delays every timestamp the client takes by up to that much;
 - dispatch lag: for every request, the delay between the moment it was allowed to go (arrival time
   reached and a concurrency slot free) and the moment it was sent;
-- client CPU: process CPU seconds over wall seconds (1.0 = one core busy; the loop runs on one core).
+- client CPU: CPU seconds of the event-loop thread over wall seconds (1.0 = its core fully busy), judged
+  only over phases of at least ``min_cpu_window_s`` (short phases are dominated by start-up).
 
 :meth:`SaturationMonitor.verdict` marks the run ``client_bound`` when a p99 lag or the CPU share
 exceeds its threshold and returns the evidence (the measured values and the thresholds) either way.
@@ -41,8 +42,14 @@ def _p(values: list[float], q: float) -> float | None:
 class SaturationMonitor:
     """Start with :meth:`start` inside the running loop, :meth:`stop` after the measured phase."""
 
-    def __init__(self, tick_s: float = 0.005, thresholds: SaturationThresholds | None = None) -> None:
+    def __init__(
+        self,
+        tick_s: float = 0.005,
+        thresholds: SaturationThresholds | None = None,
+        min_cpu_window_s: float = 0.5,
+    ) -> None:
         self.tick_s = tick_s
+        self.min_cpu_window_s = min_cpu_window_s
         self.thresholds = thresholds or SaturationThresholds()
         self.loop_lags_ms: list[float] = []
         self.dispatch_lags_ms: list[float] = []
@@ -56,7 +63,7 @@ class SaturationMonitor:
         if self._task is not None:
             raise RuntimeError("SaturationMonitor already started; use one monitor per measured phase")
         self._wall0 = time.perf_counter()
-        self._cpu0 = time.process_time()
+        self._cpu0 = time.thread_time()
         self._task = asyncio.get_running_loop().create_task(self._tick())
 
     async def _tick(self) -> None:
@@ -73,7 +80,7 @@ class SaturationMonitor:
 
     async def stop(self) -> None:
         self._wall = time.perf_counter() - self._wall0
-        self._cpu = time.process_time() - self._cpu0
+        self._cpu = time.thread_time() - self._cpu0
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -85,7 +92,7 @@ class SaturationMonitor:
         th = self.thresholds
         loop_p99 = _p(self.loop_lags_ms, 99)
         disp_p99 = _p(self.dispatch_lags_ms, 99)
-        cpu_share = self._cpu / self._wall if self._wall > 0 else None
+        cpu_share = self._cpu / self._wall if self._wall >= self.min_cpu_window_s else None
         reasons = []
         if loop_p99 is not None and loop_p99 > th.loop_lag_p99_ms:
             reasons.append(f"event-loop lag p99 {loop_p99:.2f} ms > {th.loop_lag_p99_ms} ms")

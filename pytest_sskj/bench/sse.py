@@ -7,15 +7,14 @@ lines (keep-alive pings), multi-line ``data:`` fields, ``event:`` names and the 
 It never decodes JSON and never looks at tokens: that is the endpoint adapters' job
 (:mod:`pytest_sskj.bench.endpoints`).  Bytes are kept as bytes until a whole event is complete, so a
 UTF-8 character split across reads is decoded once both halves are there; a frame that is not valid
-UTF-8 raises :class:`~pytest_sskj.errors.StreamProtocolError`.  At end of stream :meth:`SSEParser.close`
-says whether bytes of an unfinished event were left over (a truncated stream).
+UTF-8 is skipped and described in :attr:`SSEParser.invalid` (the parser never raises on input, so a
+malformed stream cannot stop the run).  At end of stream :meth:`SSEParser.close` says whether bytes of an
+unfinished event were left over (a truncated stream).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
-
-from pytest_sskj.errors import StreamProtocolError
 
 __all__ = ["DONE", "SSEEvent", "SSEParser"]
 
@@ -40,7 +39,7 @@ class SSEParser:
     [SSEEvent(data='{"a": 1}', event=None), SSEEvent(data='[DONE]', event=None)]
     """
 
-    __slots__ = ("_buf", "_pending_cr", "bytes_fed", "comments", "done", "events")
+    __slots__ = ("_buf", "_pending_cr", "bytes_fed", "comments", "done", "events", "invalid")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -53,6 +52,8 @@ class SSEParser:
         """Comment lines (``:`` keep-alive pings) skipped so far."""
         self.done = False
         """Whether a ``[DONE]`` event has been seen."""
+        self.invalid: list[str] = []
+        """One message per skipped frame that was not valid UTF-8."""
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Add bytes; return every event they complete (possibly none)."""
@@ -78,13 +79,17 @@ class SSEParser:
             if not block:
                 continue
             # Fast path: one `data: ` line, the shape every LLM server sends.
-            if block.startswith(_DATA_PREFIX) and b"\n" not in block:
-                ev = SSEEvent(self._decode(block[6:]))
-            else:
-                parsed = self._parse_block(block)
-                if parsed is None:
-                    continue
-                ev = parsed
+            try:
+                if block.startswith(_DATA_PREFIX) and b"\n" not in block:
+                    ev = SSEEvent(block[6:].decode("utf-8"))
+                else:
+                    parsed = self._parse_block(block)
+                    if parsed is None:
+                        continue
+                    ev = parsed
+            except UnicodeDecodeError as exc:
+                self.invalid.append(f"SSE frame is not valid UTF-8 ({exc.reason} at byte {exc.start}): {block[:120]!r}")
+                continue
             self.events += 1
             if ev.data == DONE:
                 self.done = True
@@ -100,6 +105,8 @@ class SSEParser:
         """
         rest = self._buf.strip(b"\n")
         self._buf = b""
+        if all(line[:1] == b":" for line in rest.split(b"\n")):
+            return b""  # only a keep-alive comment was pending
         return rest
 
     def _parse_block(self, block: bytes) -> SSEEvent | None:
@@ -115,19 +122,10 @@ class SSEParser:
             if sep and value[:1] == b" ":
                 value = value[1:]
             if name == b"data":
-                data_lines.append(self._decode(value))
+                data_lines.append(value.decode("utf-8"))
             elif name == b"event":
-                event = self._decode(value)
+                event = value.decode("utf-8")
             # id / retry / unknown fields: ignored, as the SSE rules say.
         if not data_lines:
             return None  # comments only, or fields without data: nothing to dispatch
         return SSEEvent("\n".join(data_lines), event)
-
-    @staticmethod
-    def _decode(raw: bytes) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise StreamProtocolError(
-                f"SSE frame is not valid UTF-8 ({exc.reason} at byte {exc.start}): {raw[:120]!r}"
-            ) from None

@@ -22,8 +22,10 @@ def hardware_mismatch(gpu: GpuInfo, request: GpuRequest) -> str | None:
     if request.arch is not None and gpu.arch != request.arch:
         return f"{gpu.label} is not {request.arch}"
     if request.min_capability is not None and gpu.capability < request.min_capability:
-        return (f"{gpu.label} has capability {gpu.capability[0]}.{gpu.capability[1]} < "
-                f"{request.min_capability[0]}.{request.min_capability[1]}")
+        return (
+            f"{gpu.label} has capability {gpu.capability[0]}.{gpu.capability[1]} < "
+            f"{request.min_capability[0]}.{request.min_capability[1]}"
+        )
     if request.min_free_gib is not None and gpu.memory_total_mib / 1024.0 < request.min_free_gib:
         return f"{gpu.label} has {gpu.memory_total_mib / 1024.0:.1f} GiB in all, < {request.min_free_gib:g} GiB"
     return None
@@ -42,12 +44,14 @@ def busy_reason(gpu: GpuInfo, request: GpuRequest, own_pids: Collection[int] = (
     """
     foreign = [p for p in gpu.processes if p.pid not in own_pids]
     if foreign:
-        procs = ", ".join(f"pid {p.pid} {p.name}" + (f" ({p.used_mib} MiB)" if p.used_mib is not None else "")
-                          for p in foreign)
+        procs = ", ".join(
+            f"pid {p.pid} {p.name}" + (f" ({p.used_mib} MiB)" if p.used_mib is not None else "") for p in foreign
+        )
         return f"GPU {gpu.index} ({gpu.uuid}) runs foreign compute processes: {procs}"
     if request.min_free_gib is not None and gpu.memory_free_gib < request.min_free_gib:
-        return (f"GPU {gpu.index} ({gpu.uuid}) has {gpu.memory_free_gib:.1f} GiB free, "
-                f"needs {request.min_free_gib:g} GiB")
+        return (
+            f"GPU {gpu.index} ({gpu.uuid}) has {gpu.memory_free_gib:.1f} GiB free, needs {request.min_free_gib:g} GiB"
+        )
     return None
 
 
@@ -59,8 +63,7 @@ def unmet_reason(request: GpuRequest, inventory: Inventory) -> str | None:
     if len(hardware_matches(inventory, request)) >= request.count:
         return None
     text = f"needs {request.describe()}, found {inventory.summary()}"
-    if inventory.gpus and request.min_free_gib is not None and request.arch is None and \
-            request.min_capability is None:
+    if inventory.gpus and request.min_free_gib is not None and request.arch is None and request.min_capability is None:
         biggest = max(g.memory_total_mib for g in inventory.gpus) / 1024.0
         text += f" with at most {biggest:.1f} GiB each"
     return text

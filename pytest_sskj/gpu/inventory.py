@@ -227,14 +227,14 @@ def _text(value: object) -> str:
 def _process_name(nvml: Any, pid: int) -> str:
     try:
         name = _text(nvml.nvmlSystemGetProcessName(pid))
-    except Exception:  # noqa: BLE001 - NVML cannot name processes of other containers/users
+    except Exception:  # NVML cannot name processes of other containers/users
         name = ""
     if not name:
         try:
             import psutil
 
             name = str(psutil.Process(pid).name())
-        except Exception:  # noqa: BLE001 - the process may be gone or foreign
+        except Exception:  # the process may be gone or foreign
             name = "?"
     return os.path.basename(name) or name
 
@@ -292,11 +292,38 @@ def _read_physical(nvml: Any, i: int) -> _Physical:
 def _devices_of(phys: _Physical, physical_index: int, only_mig: str | None = None) -> list[GpuInfo]:
     """The CUDA devices one physical GPU contributes: itself, or its MIG instances in MIG mode."""
     if not phys.mig_mode:
-        return [GpuInfo(0, phys.nvml_index, phys.uuid, phys.pci_bus_id, phys.name, phys.capability, phys.total_mib,
-                        phys.used_mib, phys.free_mib, phys.processes, phys.mig_mode, physical_index)]
+        return [
+            GpuInfo(
+                0,
+                phys.nvml_index,
+                phys.uuid,
+                phys.pci_bus_id,
+                phys.name,
+                phys.capability,
+                phys.total_mib,
+                phys.used_mib,
+                phys.free_mib,
+                phys.processes,
+                phys.mig_mode,
+                physical_index,
+            )
+        ]
     return [
-        GpuInfo(0, phys.nvml_index, uuid, phys.pci_bus_id, f"{phys.name} MIG", phys.capability, total, used, free,
-                procs, True, physical_index, parent_uuid=phys.uuid)
+        GpuInfo(
+            0,
+            phys.nvml_index,
+            uuid,
+            phys.pci_bus_id,
+            f"{phys.name} MIG",
+            phys.capability,
+            total,
+            used,
+            free,
+            procs,
+            True,
+            physical_index,
+            parent_uuid=phys.uuid,
+        )
         for uuid, total, used, free, procs in phys.migs
         if only_mig is None or uuid == only_mig
     ]
@@ -335,8 +362,10 @@ def _select(ordered: Sequence[_Physical], visible: list[str] | None) -> tuple[li
             for k, only_mig in matches:
                 found = _devices_of(ordered[k], k, only_mig=only_mig)
         if not found:
-            notes.append(f"CUDA_VISIBLE_DEVICES entry {entry!r} names no GPU of this host; CUDA ignores it and "
-                         f"every entry after it")
+            notes.append(
+                f"CUDA_VISIBLE_DEVICES entry {entry!r} names no GPU of this host; CUDA ignores it and "
+                f"every entry after it"
+            )
             break
         if any(g.uuid in seen for g in found):
             notes.append(f"CUDA_VISIBLE_DEVICES entry {entry!r} repeats a device; CUDA stops there")
@@ -349,13 +378,14 @@ def _select(ordered: Sequence[_Physical], visible: list[str] | None) -> tuple[li
 def _cuda_version(nvml: Any) -> str | None:
     try:
         v = int(nvml.nvmlSystemGetCudaDriverVersion())
-    except Exception:  # noqa: BLE001 - old drivers lack it
+    except Exception:  # old drivers lack it
         return None
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-def read_nvml_inventory(environ: Mapping[str, str] | None = None, *,
-                        importer: Callable[[], Any] | None = None) -> Inventory:
+def read_nvml_inventory(
+    environ: Mapping[str, str] | None = None, *, importer: Callable[[], Any] | None = None
+) -> Inventory:
     """Read every GPU through NVML and return the ones ``CUDA_VISIBLE_DEVICES`` leaves, in CUDA order.
 
     Never raises for a missing library, driver or GPU: the inventory is then empty and ``reason`` says
@@ -367,8 +397,9 @@ def read_nvml_inventory(environ: Mapping[str, str] | None = None, *,
     try:
         nvml = importer() if importer is not None else _import_pynvml()
     except ImportError as exc:
-        return Inventory(reason=f"NVML: nvidia-ml-py is not installed ({exc}); pip install nvidia-ml-py",
-                         visible_devices=cvd)
+        return Inventory(
+            reason=f"NVML: nvidia-ml-py is not installed ({exc}); pip install nvidia-ml-py", visible_devices=cvd
+        )
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
@@ -388,8 +419,21 @@ def read_nvml_inventory(environ: Mapping[str, str] | None = None, *,
     ordered = sorted(physical, key=lambda p: pci_sort_key(p.pci_bus_id))
     devices, notes = _select(ordered, visible)
     gpus = tuple(
-        GpuInfo(i, d.nvml_index, d.uuid, d.pci_bus_id, d.name, d.capability, d.memory_total_mib, d.memory_used_mib,
-                d.memory_free_mib, d.processes, d.mig_mode, d.physical_index, d.parent_uuid)
+        GpuInfo(
+            i,
+            d.nvml_index,
+            d.uuid,
+            d.pci_bus_id,
+            d.name,
+            d.capability,
+            d.memory_total_mib,
+            d.memory_used_mib,
+            d.memory_free_mib,
+            d.processes,
+            d.mig_mode,
+            d.physical_index,
+            d.parent_uuid,
+        )
         for i, d in enumerate(devices)
     )
     reason = None
@@ -402,8 +446,15 @@ def read_nvml_inventory(environ: Mapping[str, str] | None = None, *,
             reason = f"all {count} GPU(s) are in MIG mode with no MIG instance created"
         if notes:
             reason += "; " + "; ".join(notes)
-    return Inventory(gpus=gpus, reason=reason, driver_version=driver, cuda_driver_version=cuda, source="nvml",
-                     visible_devices=cvd, notes=tuple(notes))
+    return Inventory(
+        gpus=gpus,
+        reason=reason,
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        source="nvml",
+        visible_devices=cvd,
+        notes=tuple(notes),
+    )
 
 
 def _import_pynvml() -> Any:
@@ -417,7 +468,9 @@ def load_inventory(config: pytest.Config, environ: Mapping[str, str] | None = No
     result = config.hook.pytest_sskj_gpu_inventory(config=config)
     if result is not None:
         if not isinstance(result, Inventory):
-            raise TypeError(f"pytest_sskj_gpu_inventory must return a pytest_sskj.gpu.inventory.Inventory, "
-                            f"got {type(result).__name__}")
+            raise TypeError(
+                f"pytest_sskj_gpu_inventory must return a pytest_sskj.gpu.inventory.Inventory, "
+                f"got {type(result).__name__}"
+            )
         return result
     return read_nvml_inventory(environ)

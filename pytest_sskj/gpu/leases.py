@@ -2,12 +2,14 @@
 
 The ledger (``ledger.json`` beside ``ledger.json.lock`` in ``/tmp/pytest-sskj-gpu-leases``, or
 ``$SSKJ_GPU_LEDGER_DIR``) maps a device UUID to its lease: holder pid, the pid's start time (against pid
-reuse), host, test id and time.  It also lists the live *participants* (pids that took a lease), whose
-CUDA contexts do not make a GPU look busy to their peers.  :meth:`LeaseLedger.acquire` picks idle devices
-(no lease, no foreign compute process, enough free memory, matching architecture), waits up to
-``wait_s`` for busy ones, and raises :class:`~pytest_sskj.errors.GpuUnavailable` with the reason.  A
-lease whose holder pid is gone (killed, ``os._exit`` by a timeout) is reclaimed by the next reader;
-:meth:`Lease.release` and :meth:`LeaseLedger.release_pid` end leases on teardown and at session end.
+reuse), host, test id and time.  It also lists the live *participants* (pids that took a lease) and the
+*residents* (compute-process pids, as NVML numbers them, a holder left on a device at release: its CUDA
+context); neither makes a GPU look busy to their peers while the participant lives.
+:meth:`LeaseLedger.acquire` picks idle devices (no lease, no foreign compute process, enough free
+memory, matching architecture), waits up to ``wait_s`` for busy ones, and raises
+:class:`~pytest_sskj.errors.GpuUnavailable` with the reason.  A lease whose holder pid is gone (killed,
+``os._exit`` by a timeout) is reclaimed by the next reader; :meth:`Lease.release` and
+:meth:`LeaseLedger.release_pid` end leases on teardown and at session end.
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ class Lease:
     acquired_at: float
     waited_s: float
     released: bool = field(default=False)
+    refresh: Callable[[], Inventory] | None = None
+    """Re-reads the inventory at release, to record the compute processes this holder leaves behind."""
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -107,10 +111,21 @@ class Lease:
         return {"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
     def release(self) -> None:
-        """End the lease (idempotent)."""
-        if not self.released:
-            self.ledger.release(self.uuids, self.holder.pid)
-            self.released = True
+        """End the lease (idempotent), recording this holder's processes still on the devices as residents."""
+        if self.released:
+            return
+        residents: dict[str, list[int]] = {}
+        if self.refresh is not None:
+            try:
+                inv = self.refresh()
+            except Exception:  # a failed read must not keep the lease: release without residents
+                inv = Inventory()
+            for u in self.uuids:
+                g = inv.by_uuid(u)
+                if g is not None and g.processes:
+                    residents[u] = [p.pid for p in g.processes]
+        self.ledger.release(self.uuids, self.holder.pid, residents=residents)
+        self.released = True
 
     def __enter__(self) -> Lease:
         return self
@@ -120,14 +135,13 @@ class Lease:
 
 
 def _empty() -> dict[str, Any]:
-    return {"version": _VERSION, "leases": {}, "participants": {}}
+    return {"version": _VERSION, "leases": {}, "participants": {}, "residents": {}}
 
 
 class LeaseLedger:
     """The per-host lease ledger in ``directory`` (see the module docstring)."""
 
-    def __init__(self, directory: Path | None = None, *, host: str | None = None,
-                 lock_timeout_s: float = 60.0) -> None:
+    def __init__(self, directory: Path | None = None, *, host: str | None = None, lock_timeout_s: float = 60.0) -> None:
         self.directory = directory if directory is not None else ledger_dir()
         self.path = self.directory / "ledger.json"
         self.lock_path = self.directory / "ledger.json.lock"
@@ -143,13 +157,15 @@ class LeaseLedger:
         if not self.directory.is_dir():
             self.directory.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(OSError):  # every user of the host shares the ledger, like /tmp
-                os.chmod(self.directory, 0o1777)
+                os.chmod(self.directory, 0o1777)  # noqa: S103 - shared by every user, sticky like /tmp
         lock = FileLock(str(self.lock_path), timeout=self.lock_timeout_s, mode=0o666)
         try:
             lock.acquire()
         except Timeout:
-            raise GpuUnavailable(f"the GPU lease ledger lock {self.lock_path} was not free within "
-                                 f"{self.lock_timeout_s:g} s; a process holds it -- see `fuser {self.lock_path}`") from None
+            raise GpuUnavailable(
+                f"the GPU lease ledger lock {self.lock_path} was not free within "
+                f"{self.lock_timeout_s:g} s; a process holds it -- see `fuser {self.lock_path}`"
+            ) from None
         try:
             data = self._load()
             self._reclaim(data)
@@ -173,6 +189,7 @@ class LeaseLedger:
                 os.replace(self.path, self.path.with_name(f"ledger.corrupt-{int(time.time())}.json"))
             return _empty()
         data.setdefault("participants", {})
+        data.setdefault("residents", {})
         return data
 
     def _save(self, data: dict[str, Any]) -> None:
@@ -180,7 +197,7 @@ class LeaseLedger:
         tmp = self.path.with_name(f".ledger.{os.getpid()}.tmp")
         try:
             tmp.write_text(text, encoding="utf-8")
-            os.chmod(tmp, 0o666)
+            os.chmod(tmp, 0o666)  # noqa: S103 - other users' sessions must update it too
             os.replace(tmp, self.path)
         except PermissionError:  # another user's file in the sticky dir: rewrite in place (we hold the lock)
             with contextlib.suppress(OSError):
@@ -199,6 +216,11 @@ class LeaseLedger:
         for pid, rec in list(data["participants"].items()):
             if rec.get("host") == self.host and not pid_alive(int(pid), rec.get("pid_start")):
                 del data["participants"][pid]
+        for uuid, by_holder in list(data["residents"].items()):
+            for pid in [p for p in by_holder if p not in data["participants"]]:
+                del by_holder[pid]  # its holder is gone, and with it the CUDA context it left
+            if not by_holder:
+                del data["residents"][uuid]
         if gone:
             data.setdefault("reclaimed", []).append({"time": time.time(), "uuids": gone})
             data["reclaimed"] = data["reclaimed"][-20:]
@@ -222,10 +244,12 @@ class LeaseLedger:
             for g in hardware_matches(inventory, request):
                 rec = leases.get(g.uuid) or (leases.get(g.parent_uuid) if g.parent_uuid else None)
                 if rec is not None:
-                    busy.append(f"GPU {g.index} ({g.uuid}) leased by pid {rec['pid']} on {rec['host']} "
-                                f"for {rec['test_id']}")
+                    busy.append(
+                        f"GPU {g.index} ({g.uuid}) leased by pid {rec['pid']} on {rec['host']} for {rec['test_id']}"
+                    )
                     continue
-                why = busy_reason(g, request, own)
+                left = data["residents"].get(g.uuid, {})
+                why = busy_reason(g, request, own.union(*(set(pids) for pids in left.values())))
                 if why:
                     busy.append(why)
                 else:
@@ -235,14 +259,28 @@ class LeaseLedger:
                 return None, busy
             now = time.time()
             for g in picked:
-                leases[g.uuid] = {"pid": holder.pid, "pid_start": holder.start_time, "host": holder.host,
-                                  "test_id": holder.test_id, "since": now, "visible_id": g.visible_id,
-                                  "name": g.name}
+                leases[g.uuid] = {
+                    "pid": holder.pid,
+                    "pid_start": holder.start_time,
+                    "host": holder.host,
+                    "test_id": holder.test_id,
+                    "since": now,
+                    "visible_id": g.visible_id,
+                    "name": g.name,
+                }
             data["participants"][str(holder.pid)] = {"host": holder.host, "pid_start": holder.start_time}
         return Lease(gpus=tuple(picked), holder=holder, ledger=self, acquired_at=now, waited_s=0.0), busy
 
-    def acquire(self, request: GpuRequest, inventory: Inventory, holder: Holder, wait_s: float = 0.0, *,
-                refresh: Callable[[], Inventory] | None = None, poll_s: float = 0.5) -> Lease:
+    def acquire(
+        self,
+        request: GpuRequest,
+        inventory: Inventory,
+        holder: Holder,
+        wait_s: float = 0.0,
+        *,
+        refresh: Callable[[], Inventory] | None = None,
+        poll_s: float = 0.5,
+    ) -> Lease:
         """Lease ``request.count`` idle matching devices, waiting up to ``wait_s`` for busy ones.
 
         ``refresh`` re-reads the inventory between attempts (free memory and processes change).
@@ -259,12 +297,14 @@ class LeaseLedger:
             waited = time.perf_counter() - t0
             if lease is not None:
                 lease.waited_s = waited
+                lease.refresh = refresh
                 return lease
             if waited >= wait_s:
                 n = len(hardware_matches(inv, request))
                 raise GpuUnavailable(
                     f"needs {request.describe()}, found {n} matching but only {n - len(busy)} idle after "
-                    f"waiting {waited:.0f} s: " + "; ".join(busy)
+                    f"waiting {waited:.0f} s: "
+                    + "; ".join(busy)
                     + ". Hint: wait for them or raise --sskj-gpu-wait; stale leases of dead processes are "
                     f"reclaimed automatically (ledger {self.path})"
                 )
@@ -272,12 +312,21 @@ class LeaseLedger:
             if refresh is not None:
                 inv = refresh()
 
-    def release(self, uuids: tuple[str, ...] | list[str], pid: int) -> list[str]:
-        """End the leases of ``uuids`` held by ``pid``; return the UUIDs released."""
+    def release(
+        self, uuids: tuple[str, ...] | list[str], pid: int, *, residents: Mapping[str, list[int]] | None = None
+    ) -> list[str]:
+        """End the leases of ``uuids`` held by ``pid``; return the UUIDs released.
+
+        ``residents`` maps a UUID to the compute-process pids (as NVML numbers them) still on it: the
+        holder's own CUDA context, which outlives the lease.  While ``pid`` lives they are not foreign to
+        later leases -- also where NVML's pids are not this namespace's (containers, VMs).
+        """
         with self._locked() as data:
             out = [u for u in uuids if u in data["leases"] and int(data["leases"][u]["pid"]) == pid]
             for u in out:
                 del data["leases"][u]
+                if residents and residents.get(u) and str(pid) in data["participants"]:
+                    data["residents"].setdefault(u, {})[str(pid)] = sorted(set(residents[u]))
         return out
 
     def release_pid(self, pid: int) -> list[str]:
@@ -287,4 +336,6 @@ class LeaseLedger:
             for u in out:
                 del data["leases"][u]
             data["participants"].pop(str(pid), None)
+            for by_holder in data["residents"].values():
+                by_holder.pop(str(pid), None)
         return out

@@ -27,6 +27,7 @@ __all__ = [
     "FloatFormat",
     "decode",
     "decode_table",
+    "device_table",
     "e8m0_decode",
     "e8m0_from_fp32_ceil",
     "e8m0_from_fp32_floor",
@@ -101,11 +102,40 @@ def decode_table(fmt: FloatFormat) -> torch.Tensor:
     return torch.tensor([_code_value(fmt, c) for c in range(1 << fmt.bits)], dtype=torch.float32)
 
 
+def _decode_codes(c: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """Arithmetic decode of int32 codes (device-side, no host data)."""
+    negative = (c & fmt.sign_bit) != 0
+    mag = c & (fmt.sign_bit - 1)
+    exp_field = mag >> fmt.mbits
+    mant = (mag & ((1 << fmt.mbits) - 1)).to(torch.float32)
+    subnormal = mant * float(2.0 ** (fmt.emin - fmt.mbits))
+    scale = torch.ldexp(torch.ones_like(mant), (exp_field - fmt.bias).to(torch.float32))
+    normal = (1.0 + mant * float(2.0**-fmt.mbits)) * scale
+    value = torch.where(exp_field == 0, subnormal, normal)
+    if fmt.inf_code is not None:
+        top = exp_field == (1 << fmt.ebits) - 1
+        special = torch.where(mant == 0, torch.full_like(value, math.inf), torch.full_like(value, math.nan))
+        value = torch.where(top, special, value)
+    elif fmt.nan_code is not None:
+        value = torch.where(mag == fmt.nan_code, torch.full_like(value, math.nan), value)
+    return torch.where(negative, -value, value)
+
+
+def device_table(fmt: FloatFormat, device: torch.device | str) -> torch.Tensor:
+    """fp32 values of all ``2^bits`` codes, computed on ``device`` (safe inside a CUDA Graph capture)."""
+    return _decode_codes(torch.arange(1 << fmt.bits, device=device, dtype=torch.int32), fmt)
+
+
 def decode(codes: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
-    """fp32 values of ``codes`` (uint8, one code per element in the low bits; no packing)."""
+    """fp32 values of ``codes`` (uint8, one code per element in the low bits; no packing).
+
+    The table is computed on the codes' device from the format parameters (no lookup table copied from
+    the host), so this runs inside a CUDA Graph capture; :func:`decode_table` is the independent scalar
+    formula the tests hold it against.
+    """
     if codes.dtype != torch.uint8:
         raise TypeError(f"decode expects uint8 codes, got {codes.dtype}; unpack FP4 bytes with unpack_fp4 first")
-    table = decode_table(fmt).to(codes.device)
+    table = device_table(fmt, codes.device)
     return table[(codes & ((1 << fmt.bits) - 1)).long()]
 
 

@@ -30,6 +30,7 @@ from pytest_sskj.numerics.formats import (
     E8M0_NAN,
     FloatFormat,
     decode,
+    device_table,
     e8m0_decode,
     e8m0_from_fp32_ceil,
     e8m0_from_fp32_floor,
@@ -41,6 +42,7 @@ __all__ = [
     "BLOCK",
     "MxTensor",
     "ScaleMode",
+    "decode_fp4_packed",
     "mx_dequantize",
     "mx_quantize",
     "mxfp4_quantize",
@@ -106,6 +108,14 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
 
 
+def decode_fp4_packed(packed: torch.Tensor) -> torch.Tensor:
+    """fp32 values ``[..., K]`` of packed E2M1 bytes ``[..., K/2]`` with one gather (low nibble first)."""
+    table = device_table(E2M1, packed.device)
+    pairs = torch.stack((table.repeat(16), table.repeat_interleave(16)), dim=-1)  # [256, 2]: (low, high)
+    values = pairs[packed.view(torch.uint8).long()]
+    return values.reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
 def _blocks(x: torch.Tensor, block_size: int) -> torch.Tensor:
     if x.dim() < 1 or x.shape[-1] % block_size:
         raise ValueError(
@@ -151,9 +161,7 @@ def mx_quantize(
         codes = pack_fp4(codes)
     if swizzle:
         scale = swizzle_128x4(scale if scale.dim() >= 2 else scale.unsqueeze(0))
-    return MxTensor(
-        codes=codes, scale=scale, fmt=fmt, shape=tuple(x.shape), swizzled=swizzle, block_size=block_size
-    )
+    return MxTensor(codes=codes, scale=scale, fmt=fmt, shape=tuple(x.shape), swizzled=swizzle, block_size=block_size)
 
 
 def mxfp8_quantize(x: torch.Tensor, mode: ScaleMode = ScaleMode.RCEIL, *, swizzle: bool = False) -> MxTensor:
@@ -172,8 +180,8 @@ def mx_dequantize(t: MxTensor, dtype: torch.dtype = torch.float32) -> torch.Tens
     Scale byte 0 decodes to 2^-127 (OCP); FlashInfer's host decoders read it as 0 — the two agree
     whenever the block's codes are all zero, which is what RCEIL produces for such blocks.
     """
-    values = decode(t.element_codes(), t.fmt)
     lead, k = t.shape[:-1], t.shape[-1]
+    values = decode_fp4_packed(t.codes) if t.fmt is E2M1 else decode(t.codes, t.fmt)
     scale = e8m0_decode(t.linear_scale()).reshape(*lead, k // t.block_size, 1)
     out = values.reshape(*lead, k // t.block_size, t.block_size) * scale
     return out.reshape(t.shape).to(dtype)

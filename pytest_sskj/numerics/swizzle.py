@@ -27,9 +27,7 @@ def swizzled_offsets(rows: int, cols: int, device: torch.device | str = "cpu") -
     m = torch.arange(mp, device=device).view(-1, 1)
     k = torch.arange(kp, device=device).view(1, -1)
     num_k_tiles = kp // 4
-    return (
-        (m // 128) * (num_k_tiles * 512) + (k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + (k % 4)
-    )
+    return (m // 128) * (num_k_tiles * 512) + (k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + (k % 4)
 
 
 def swizzle_128x4(scale: torch.Tensor) -> torch.Tensor:

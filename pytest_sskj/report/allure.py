@@ -35,9 +35,22 @@ __all__ = [
 ]
 
 _SEVERITIES = ("blocker", "critical", "normal", "minor", "trivial")
-_TEXT_SUFFIXES = {".txt": "TEXT", ".log": "TEXT", ".json": "JSON", ".jsonl": "TEXT", ".csv": "CSV",
-                  ".tsv": "TSV", ".md": "TEXT", ".yaml": "YAML", ".yml": "YAML", ".toml": "TEXT", ".sh": "TEXT",
-                  ".html": "HTML", ".svg": "SVG", ".xml": "XML"}
+_TEXT_SUFFIXES = {
+    ".txt": "TEXT",
+    ".log": "TEXT",
+    ".json": "JSON",
+    ".jsonl": "TEXT",
+    ".csv": "CSV",
+    ".tsv": "TSV",
+    ".md": "TEXT",
+    ".yaml": "YAML",
+    ".yml": "YAML",
+    ".toml": "TEXT",
+    ".sh": "TEXT",
+    ".html": "HTML",
+    ".svg": "SVG",
+    ".xml": "XML",
+}
 _BINARY_SUFFIXES = {".png": "PNG", ".jpg": "JPG", ".jpeg": "JPG", ".gif": "GIF", ".pdf": "PDF"}
 
 
@@ -55,21 +68,53 @@ def _allure() -> Any | None:
     return allure
 
 
+def _session_secrets() -> tuple[str, ...]:
+    """Secret values of the running session (``--sskj-env`` values, the SSH identity), found through the
+    allure-pytest listener's ``config`` -> the reporter in ``config.stash``; empty outside a session."""
+    import allure_commons
+
+    from pytest_sskj.stash import EXTRA_KEY
+
+    for plugin in allure_commons.plugin_manager.get_plugins():
+        stash = getattr(getattr(plugin, "config", None), "stash", None)
+        if stash is None:
+            continue
+        reporter = stash.get(EXTRA_KEY, {}).get("reporter")
+        if reporter is not None:
+            return tuple(reporter.secrets)
+    return ()
+
+
+def _clean(text: str) -> str:
+    return scrub_text(text, _session_secrets())
+
+
 def active() -> bool:
     """Whether allure-pytest records results in this process (pytest ran with ``--alluredir``)."""
     return _allure() is not None
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any) -> Any:
+    """Numbers stay numbers (Allure quotes strings), floats to 6 significant digits, ``None`` is n/a."""
     if value is None:
         return "n/a"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return value
     if isinstance(value, float):
-        return f"{value:.6g}"
-    return scrub_text(str(value))
+        return float(f"{value:.6g}")
+    return _clean(str(value))
 
 
-def labels(*, epic: str | None = None, feature: str | None = None, story: str | None = None,
-           severity: str | None = None, **extra: str) -> None:
+def labels(
+    *,
+    epic: str | None = None,
+    feature: str | None = None,
+    story: str | None = None,
+    severity: str | None = None,
+    **extra: str,
+) -> None:
     """Set epic/feature/story/severity (``blocker|critical|normal|minor|trivial``) and extra labels."""
     if severity is not None and severity not in _SEVERITIES:
         raise ValueError(f"severity {severity!r} is not one of {', '.join(_SEVERITIES)}")
@@ -77,15 +122,15 @@ def labels(*, epic: str | None = None, feature: str | None = None, story: str | 
     if a is None:
         return
     if epic:
-        a.dynamic.epic(scrub_text(epic))
+        a.dynamic.epic(_clean(epic))
     if feature:
-        a.dynamic.feature(scrub_text(feature))
+        a.dynamic.feature(_clean(feature))
     if story:
-        a.dynamic.story(scrub_text(story))
+        a.dynamic.story(_clean(story))
     if severity:
         a.dynamic.severity(a.severity_level(severity))
     for name, value in extra.items():
-        a.dynamic.label(name, scrub_text(str(value)))
+        a.dynamic.label(name, _clean(str(value)))
 
 
 def parameters(**params: Any) -> None:
@@ -113,7 +158,7 @@ def step(title: str) -> Iterator[None]:
     if a is None:
         yield
         return
-    with a.step(scrub_text(title)):
+    with a.step(_clean(title)):
         yield
 
 
@@ -122,7 +167,7 @@ def attach_text(name: str, text: str) -> None:
     a = _allure()
     if a is None:
         return
-    a.attach(scrub_text(text), name=scrub_text(name), attachment_type=a.attachment_type.TEXT)
+    a.attach(_clean(text), name=_clean(name), attachment_type=a.attachment_type.TEXT)
 
 
 def attach_json(name: str, obj: Any) -> None:
@@ -130,8 +175,8 @@ def attach_json(name: str, obj: Any) -> None:
     a = _allure()
     if a is None:
         return
-    body = json.dumps(scrub(obj), indent=2, sort_keys=True, default=str)
-    a.attach(body, name=scrub_text(name), attachment_type=a.attachment_type.JSON)
+    body = json.dumps(scrub(obj, _session_secrets()), indent=2, sort_keys=True, default=str)
+    a.attach(body, name=_clean(name), attachment_type=a.attachment_type.JSON)
 
 
 def _csv_text(rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]) -> str:
@@ -141,14 +186,14 @@ def _csv_text(rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]) -> st
         fields: list[str] = []
         for r in dict_rows:
             fields.extend(k for k in r if k not in fields)
-        dw = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+        dw = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
         dw.writeheader()
         for r in dict_rows:
             dw.writerow({k: "" if r.get(k) is None else r.get(k) for k in fields})
     else:
-        w = csv.writer(buf)
+        w = csv.writer(buf, lineterminator="\n")
         for row in rows:
-            w.writerow(["" if v is None else v for v in row])  # type: ignore[union-attr]
+            w.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
 
 
@@ -157,7 +202,7 @@ def attach_csv(name: str, rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[
     a = _allure()
     if a is None:
         return
-    a.attach(scrub_text(_csv_text(rows)), name=scrub_text(name), attachment_type=a.attachment_type.CSV)
+    a.attach(_clean(_csv_text(rows)), name=_clean(name), attachment_type=a.attachment_type.CSV)
 
 
 def attach_file(path: str | Path, name: str | None = None) -> None:
@@ -166,14 +211,14 @@ def attach_file(path: str | Path, name: str | None = None) -> None:
     if a is None:
         return
     p = Path(path)
-    title = scrub_text(name or p.name)
+    title = _clean(name or p.name)
     suffix = p.suffix.lower()
     if suffix in _BINARY_SUFFIXES:
         a.attach.file(str(p), name=title, attachment_type=getattr(a.attachment_type, _BINARY_SUFFIXES[suffix]))
         return
     kind = getattr(a.attachment_type, _TEXT_SUFFIXES.get(suffix, "TEXT"))
     text = p.read_text(encoding="utf-8", errors="replace")
-    a.attach(scrub_text(text), name=title, attachment_type=kind)
+    a.attach(_clean(text), name=title, attachment_type=kind)
 
 
 def attach_files(paths: Iterable[str | Path]) -> None:

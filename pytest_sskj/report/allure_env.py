@@ -85,8 +85,15 @@ def environment_properties(manifest: Mapping[str, Any]) -> str:
 
 def categories_json() -> list[dict[str, Any]]:
     """Allure categories: one per message tag of :mod:`pytest_sskj.report.categories`."""
-    return [{"name": c.name, "matchedStatuses": list(c.statuses), "messageRegex": c.message_regex,
-             "traceRegex": c.message_regex} for c in CATEGORIES]
+    return [
+        {
+            "name": c.name,
+            "matchedStatuses": list(c.statuses),
+            "messageRegex": c.message_regex,
+            "traceRegex": c.message_regex,
+        }
+        for c in CATEGORIES
+    ]
 
 
 def executor_json(manifest: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -95,8 +102,10 @@ def executor_json(manifest: Mapping[str, Any], environ: Mapping[str, str] | None
     run_id = str(manifest.get("run_id", ""))
     url = env.get("BUILD_URL") or env.get("CI_JOB_URL")
     if not url and env.get("GITHUB_RUN_ID"):
-        url = f"{env.get('GITHUB_SERVER_URL', 'https://github.com')}/{env.get('GITHUB_REPOSITORY', '')}" \
-              f"/actions/runs/{env['GITHUB_RUN_ID']}"
+        url = (
+            f"{env.get('GITHUB_SERVER_URL', 'https://github.com')}/{env.get('GITHUB_REPOSITORY', '')}"
+            f"/actions/runs/{env['GITHUB_RUN_ID']}"
+        )
     s = manifest.get("settings") or {}
     model = s.get("model_name") if isinstance(s, Mapping) else None
     info: dict[str, Any] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,13 @@ from pytest_sskj.report.summary import format_chunk, summarize_points
 
 __all__ = [
     "find_request_files",
+    "metric_value",
     "plot_search",
     "plot_throughput_vs_chunk",
     "plot_ttft_cdf",
     "plot_ttft_vs_concurrency",
     "render_all",
+    "search_plot_name",
     "ttft_samples",
 ]
 
@@ -73,14 +76,25 @@ def plot_ttft_vs_concurrency(rows: Sequence[Mapping[str, Any]], out: Path) -> Pa
         return None
     fig, ax = _figure("TTFT vs concurrency")
     for backend, chunk in sorted({(p.backend, p.chunk) for p in pts}, key=str):
-        line = sorted((p.concurrency, p.ttft_p50_ms, p.ttft_p95_ms) for p in pts
-                      if (p.backend, p.chunk) == (backend, chunk))
-        drawn = ax.plot([c for c, _, _ in line], [v for _, v, _ in line], marker="o",
-                        label=f"{backend} chunk {format_chunk(chunk)} P50")
+        line = sorted(
+            (p.concurrency, p.ttft_p50_ms, p.ttft_p95_ms) for p in pts if (p.backend, p.chunk) == (backend, chunk)
+        )
+        drawn = ax.plot(
+            [c for c, _, _ in line],
+            [v for _, v, _ in line],
+            marker="o",
+            label=f"{backend} chunk {format_chunk(chunk)} P50",
+        )
         p95 = [(c, v) for c, _, v in line if v is not None]
         if p95:
-            ax.plot([c for c, _ in p95], [v for _, v in p95], marker="x", linestyle="--",
-                    color=drawn[0].get_color(), label=f"{backend} chunk {format_chunk(chunk)} P95")
+            ax.plot(
+                [c for c, _ in p95],
+                [v for _, v in p95],
+                marker="x",
+                linestyle="--",
+                color=drawn[0].get_color(),
+                label=f"{backend} chunk {format_chunk(chunk)} P95",
+            )
     ax.set_xlabel("concurrency (in-flight requests)")
     ax.set_ylabel("TTFT (ms)")
     ax.legend(fontsize="small")
@@ -88,8 +102,17 @@ def plot_ttft_vs_concurrency(rows: Sequence[Mapping[str, Any]], out: Path) -> Pa
 
 
 def _ttft_ms(rec: Mapping[str, Any]) -> float | None:
-    if rec.get("error") or rec.get("ok") is False or rec.get("success") is False:
+    if (
+        rec.get("warmup")
+        or rec.get("error")
+        or rec.get("failure")
+        or rec.get("ok") is False
+        or rec.get("success") is False
+    ):
         return None
+    t_send, t_first = rec.get("t_send"), rec.get("t_first")
+    if isinstance(t_send, (int, float)) and isinstance(t_first, (int, float)):
+        return (float(t_first) - float(t_send)) * 1000.0  # raw perf_counter stamps of the bench client
     for key, scale in (("ttft_ms", 1.0), ("ttft_s", 1000.0), ("ttft", 1000.0)):
         v = rec.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -98,8 +121,9 @@ def _ttft_ms(rec: Mapping[str, Any]) -> float | None:
 
 
 def ttft_samples(paths: Iterable[Path]) -> list[float]:
-    """TTFT in ms of every successful request in ``requests.jsonl`` files (``ttft_ms``, ``ttft_s`` or
-    sglang's ``ttft`` in seconds); damaged lines are skipped."""
+    """TTFT in ms of every measured, successful request in ``requests.jsonl`` files (the bench client's
+    ``t_first - t_send``, else ``ttft_ms``, ``ttft_s`` or sglang's ``ttft`` in seconds); warmup requests and
+    damaged lines are skipped."""
     out: list[float] = []
     for path in paths:
         try:
@@ -146,15 +170,45 @@ def plot_ttft_cdf(samples: Mapping[str, Sequence[float]], out: Path) -> Path | N
     return _save(fig, out)
 
 
-def plot_search(verdict: Mapping[str, Any], out: Path) -> Path | None:
-    """The adaptive search: the measured metric per concurrency step against the SLO threshold."""
-    steps = [s for s in verdict.get("steps") or [] if isinstance(s, Mapping)]
-    metric = str(verdict.get("metric") or "p95_ttft_ms")
+def _gate(text: str) -> tuple[str, float] | None:
+    m = re.match(r"^\s*([a-z][a-z0-9_]*)\s*(?:<=|>=|<|>)\s*([0-9.eE+-]+)\s*$", text)
+    return (m.group(1), float(m.group(2))) if m else None
+
+
+def metric_value(metrics: Mapping[str, Any], name: str) -> float | None:
+    """``metrics[name]``, also under the other spelling (``ttft_p95_ms`` <-> sglang's ``p95_ttft_ms``)."""
+    names = [name]
+    m = re.match(r"^([a-z0-9_]+?)_(p\d+|mean|median|std)_ms$", name)
+    if m:
+        names.append(f"{m.group(2)}_{m.group(1)}_ms")
+    m = re.match(r"^(p\d+|mean|median|std)_([a-z0-9_]+?)_ms$", name)
+    if m:
+        names.append(f"{m.group(2)}_{m.group(1)}_ms")
+    for n in names:
+        v = metrics.get(n)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def plot_search(verdict: Mapping[str, Any], out: Path, slo: Sequence[str] = ()) -> Path | None:
+    """The adaptive search: the measured metric per concurrency step against the SLO threshold.
+
+    The metric and threshold are the verdict's ``metric``/``threshold``, else the first gate of its
+    ``slo`` (or of ``slo``, e.g. ``["ttft_p95_ms<3000"]``); a step's value is its ``value``, else its
+    ``metrics[metric]``; a step passed when ``passed`` (or the acceptance layer's ``slo_ok``) is true."""
+    gates = [g for g in (_gate(str(t)) for t in [*(verdict.get("slo") or []), *slo]) if g]
+    metric = str(verdict.get("metric") or (gates[0][0] if gates else "p95_ttft_ms"))
+    thr = verdict.get("threshold", gates[0][1] if gates else None)
     pts = []
-    for s in steps:
-        v = s.get("value", s.get(metric))
+    for s in verdict.get("steps") or []:
+        if not isinstance(s, Mapping):
+            continue
+        v = s.get("value")
+        if not isinstance(v, (int, float)):
+            v = metric_value({**s, **(s.get("metrics") or {})}, metric)
         if isinstance(s.get("concurrency"), (int, float)) and isinstance(v, (int, float)):
-            pts.append((float(s["concurrency"]), float(v), bool(s.get("passed", True))))
+            pts.append((float(s["concurrency"]), float(v), bool(s.get("passed", s.get("slo_ok", True)))))
     if not pts:
         return None
     title = f"Concurrency search: {verdict.get('backend', '')} chunk {format_chunk(verdict.get('chunk'))}"
@@ -162,10 +216,9 @@ def plot_search(verdict: Mapping[str, Any], out: Path) -> Path | None:
     ax.plot([c for c, _, _ in pts], [v for _, v, _ in pts], color="tab:blue", label=metric)
     for c, v, ok in pts:
         ax.plot([c], [v], marker="o" if ok else "x", color="tab:green" if ok else "tab:red", linestyle="none")
-    thr = verdict.get("threshold")
     if isinstance(thr, (int, float)):
         ax.axhline(float(thr), color="tab:red", linestyle="--", label=f"SLO {metric} < {thr:g}")
-    best = verdict.get("best_concurrency")
+    best = verdict.get("best_concurrency", verdict.get("best"))
     if isinstance(best, (int, float)):
         ax.axvline(float(best), color="tab:green", linestyle=":", label=f"best C = {best:g}")
     ax.set_xlabel("concurrency")
@@ -174,8 +227,19 @@ def plot_search(verdict: Mapping[str, Any], out: Path) -> Path | None:
     return _save(fig, out)
 
 
-def render_all(run_dir: Path, rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]],
-               backends: Iterable[str] = ()) -> list[Path]:
+def search_plot_name(index: int, verdict: Mapping[str, Any]) -> str:
+    """``search_0_marlin_8192.png``: file-name-safe, unique per search verdict of a run."""
+    raw = f"search_{index}_{verdict.get('backend', 'x')}_{verdict.get('chunk', 'x')}"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", raw) + ".png"
+
+
+def render_all(
+    run_dir: Path,
+    rows: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[Mapping[str, Any]],
+    backends: Iterable[str] = (),
+    slo: Sequence[str] = (),
+) -> list[Path]:
     """Every plot of the run into ``run_dir/plots/``; returns the files written."""
     plots = run_dir / "plots"
     written: list[Path | None] = [
@@ -186,5 +250,5 @@ def render_all(run_dir: Path, rows: Sequence[Mapping[str, Any]], verdicts: Seque
     files = find_request_files(run_dir, names)
     written.append(plot_ttft_cdf({b: ttft_samples(ps) for b, ps in files.items()}, plots / "ttft_cdf.png"))
     for i, v in enumerate(x for x in verdicts if x.get("kind") == "search"):
-        written.append(plot_search(v, plots / f"search_{i}_{v.get('backend', 'x')}_{v.get('chunk', 'x')}.png"))
+        written.append(plot_search(v, plots / search_plot_name(i, v), slo))
     return [p for p in written if p is not None]

@@ -34,13 +34,37 @@ __all__ = [
     "read_verdicts",
 ]
 
-ROW_FIELDS = ("run_id", "test_id", "engine", "backend", "chunk", "concurrency", "repeat", "isl", "osl", "requests",
-              "status", "reasons", "findings", "client_bound")
+ROW_FIELDS = (
+    "run_id",
+    "test_id",
+    "engine",
+    "backend",
+    "chunk",
+    "concurrency",
+    "repeat",
+    "isl",
+    "osl",
+    "requests",
+    "status",
+    "reasons",
+    "findings",
+    "client_bound",
+)
 METRIC_FIELDS = (
-    "completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
-    "input_throughput", "output_throughput", "total_throughput",
-    *(f"{stat}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2e_latency")
-      for stat in ("mean", "median", "std", "p90", "p95", "p99")),
+    "completed",
+    "failed",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "total_throughput",
+    *(
+        f"{stat}_{m}_ms"
+        for m in ("ttft", "tpot", "itl", "e2e_latency")
+        for stat in ("mean", "median", "std", "p90", "p95", "p99")
+    ),
     "metrics_version",
 )
 RESULT_FIELDS = (*ROW_FIELDS, *(f for f in METRIC_FIELDS if f not in ROW_FIELDS))
@@ -63,8 +87,13 @@ def _lock(path: Path) -> Any:
 def _append_line(path: Path, obj: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(obj, sort_keys=True, default=str, allow_nan=False) + "\n"
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
+    with open(path, "ab") as fh:
+        if fh.tell() > 0:  # a crashed writer may have left half a line: never glue a row onto it
+            with open(path, "rb") as tail:
+                tail.seek(-1, os.SEEK_END)
+                if tail.read(1) != b"\n":
+                    line = "\n" + line
+        fh.write(line.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -188,8 +217,10 @@ def _read_csv(path: Path, problems: list[str]) -> list[dict[str, Any]] | None:
     header = reader.fieldnames or []
     for no, rec in enumerate(reader, 2):
         if None in rec or any(v is None for v in rec.values()):
-            problems.append(f"{path.name} line {no} has {len([v for v in rec.values() if v is not None])} of "
-                            f"{len(header)} columns; skipped it")
+            problems.append(
+                f"{path.name} line {no} has {len([v for v in rec.values() if v is not None])} of "
+                f"{len(header)} columns; skipped it"
+            )
             continue
         rows.append({k: _from_csv_cell(k, v) for k, v in rec.items()})
     return rows
@@ -199,8 +230,11 @@ def read_results(run_dir: Path) -> ReadBack:
     """Rows of ``run_dir``: from the journal, else ``results.json``, else ``results.csv``; never raises on
     damaged files (what was skipped or recovered is listed in ``problems``)."""
     out = ReadBack()
-    for name, reader in (("results.jsonl", _read_journal), ("results.json", _read_json_list),
-                         ("results.csv", _read_csv)):
+    for name, reader in (
+        ("results.jsonl", _read_journal),
+        ("results.json", _read_json_list),
+        ("results.csv", _read_csv),
+    ):
         rows = reader(run_dir / name, out.problems)
         if rows is not None:
             out.rows, out.source = _dedupe(rows), name
@@ -245,6 +279,7 @@ class ResultsWriter:
         """Record one point/repeat row (redacted) and rewrite ``results.json``/``results.csv``."""
         clean = _normalize(row, self.secrets)
         journal = self.run_dir / "results.jsonl"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         with _lock(journal):
             _append_line(journal, clean)
             self._rewrite_results()
@@ -254,11 +289,13 @@ class ResultsWriter:
         """Record one verdict (redacted) and rewrite ``verdicts.json``."""
         clean: dict[str, Any] = _finite(scrub(dict(verdict), self.secrets))
         journal = self.run_dir / "verdicts.jsonl"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         with _lock(journal):
             _append_line(journal, clean)
             rows = read_verdicts(self.run_dir).rows
-            atomic_write_text(self.verdicts_json, json.dumps({"verdicts": rows}, indent=2, sort_keys=True,
-                                                             default=str) + "\n")
+            atomic_write_text(
+                self.verdicts_json, json.dumps({"verdicts": rows}, indent=2, sort_keys=True, default=str) + "\n"
+            )
         return clean
 
     def _rewrite_results(self) -> None:

@@ -10,6 +10,7 @@ replaces string values under secret-looking keys (``HF_TOKEN``, ``ssh_identity``
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -25,9 +26,24 @@ def secret_values(extra: Iterable[tuple[str, str]] = (), environ: Mapping[str, s
     return tuple(sorted({v for k, v in pairs if v and is_secret_name(k)}, key=len, reverse=True))
 
 
+_SSH_IDENTITY = (
+    re.compile(r"(\bssh\b[^\n]*?\s-i\s*)(\S+)"),  # ssh ... -i PATH
+    re.compile(r"(IdentityFile[= ]\s*)(\S+)", re.IGNORECASE),  # -o IdentityFile=PATH, ssh_config lines
+    re.compile(r"()(\S*/\.ssh/\S+|\bid_(?:rsa|dsa|ecdsa|ed25519)(?:_sk)?\b\S*)"),  # ~/.ssh/..., id_rsa...
+)
+
+
+def _scrub_str(text: str, secrets: tuple[str, ...]) -> str:
+    text = redact_text(text, secrets)
+    for pattern in _SSH_IDENTITY:
+        text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+    return text
+
+
 def scrub_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """``redact_text`` with this process's secret env values added to ``secrets``."""
-    return redact_text(text, (*secret_values(), *secrets))
+    """``redact_text`` with this process's secret env values added to ``secrets``, plus SSH identities
+    (``ssh -i PATH``, ``IdentityFile PATH``, ``~/.ssh/...``, ``id_rsa``-style names)."""
+    return _scrub_str(text, (*secret_values(), *secrets))
 
 
 def scrub(obj: Any, secrets: Iterable[str] | None = None) -> Any:
@@ -39,7 +55,7 @@ def scrub(obj: Any, secrets: Iterable[str] | None = None) -> Any:
 
 def _walk(obj: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(obj, str):
-        return redact_text(obj, secrets)
+        return _scrub_str(obj, secrets)
     if isinstance(obj, Mapping):
         out: dict[str, Any] = {}
         for k, v in obj.items():
@@ -52,5 +68,5 @@ def _walk(obj: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_walk(v, secrets) for v in obj]
     if isinstance(obj, os.PathLike):
-        return redact_text(os.fspath(obj), secrets)  # type: ignore[arg-type]
+        return _scrub_str(str(os.fspath(obj)), secrets)
     return obj

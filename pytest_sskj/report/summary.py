@@ -8,8 +8,8 @@ P50).  Verdicts arrive as dicts through ``pytest_sskj_verdict``; every verdict h
 
 - ``comparison``: ``baseline``, ``candidate`` (or ``backend``), ``chunk``, ``concurrency``;
 - ``chunk_curve``: ``backend``, ``best_chunk``, ``expected_best_chunk``;
-- ``search``: ``backend``, ``chunk``, ``mode``, ``metric``, ``threshold``, ``best_concurrency``,
-  ``steps`` (list of ``{concurrency, value, passed}``);
+- ``search``: ``backend``, ``chunk``, ``mode``, ``metric``, ``threshold``, ``best_concurrency`` (or
+  ``best``), ``floor``, ``steps`` (list of ``{concurrency, value or metrics, passed or slo_ok}``);
 - ``slo``: ``backend``, ``chunk``, ``concurrency``, ``gates`` (list of ``{metric, op, threshold, value,
   passed}``).
 """
@@ -107,7 +107,11 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
     for key, rs in groups.items():
         ok = [r for r in rs if r.get("status") == "passed"]
         raw[key] = PointSummary(
-            chunk=key[0], concurrency=key[1], backend=key[2], repeats=len(rs), passed=len(ok),
+            chunk=key[0],
+            concurrency=key[1],
+            backend=key[2],
+            repeats=len(rs),
+            passed=len(ok),
             input_throughput=_median(r.get("input_throughput") for r in ok),
             ttft_p50_ms=_median(r.get("median_ttft_ms") for r in ok),
             ttft_p95_ms=_median(r.get("p95_ttft_ms") for r in ok),
@@ -119,9 +123,14 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
         if key[2] == base:
             out.append(_replace(p, is_baseline=True))
             continue
-        b = raw.get((key[0], key[1], base)) if base is not None else None
-        out.append(_replace(p, tps_vs_baseline_pct=_pct(p.input_throughput, b.input_throughput if b else None),
-                            ttft_vs_baseline_pct=_pct(p.ttft_p50_ms, b.ttft_p50_ms if b else None)))
+        ref: PointSummary | None = raw.get((key[0], key[1], base)) if base is not None else None
+        out.append(
+            _replace(
+                p,
+                tps_vs_baseline_pct=_pct(p.input_throughput, ref.input_throughput if ref else None),
+                ttft_vs_baseline_pct=_pct(p.ttft_p50_ms, ref.ttft_p50_ms if ref else None),
+            )
+        )
     return out
 
 
@@ -167,25 +176,42 @@ def _num(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def render_summary(rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]], *,
-                   manifest: Mapping[str, Any] | None = None, baseline: str | None = None,
-                   plots: Sequence[Path] = (), problems: Sequence[str] = ()) -> str:
+def render_summary(
+    rows: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[Mapping[str, Any]],
+    *,
+    manifest: Mapping[str, Any] | None = None,
+    baseline: str | None = None,
+    plots: Sequence[Path] = (),
+    problems: Sequence[str] = (),
+) -> str:
     """The Markdown text of ``summary.md``."""
     m = manifest or {}
     settings = m.get("settings") if isinstance(m.get("settings"), Mapping) else {}
     assert isinstance(settings, Mapping)
     if baseline is None and settings.get("backends"):
-        baseline = str(list(settings["backends"])[0])
+        baseline = str(next(iter(settings["backends"])))
     lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
-    facts = [("status", m.get("status")), ("engine", settings.get("engine")),
-             ("model", settings.get("model_name") or settings.get("model_path")),
-             ("platform", settings.get("platform")), ("started", m.get("start_iso")), ("ended", m.get("end_iso"))]
+    facts = [
+        ("status", m.get("status")),
+        ("engine", settings.get("engine")),
+        ("model", settings.get("model_name") or settings.get("model_path")),
+        ("platform", settings.get("platform")),
+        ("started", m.get("start_iso")),
+        ("ended", m.get("end_iso")),
+    ]
     if settings.get("tp"):
-        facts.append(("parallel", f"TP{settings.get('tp')}/EP{settings.get('ep')}/DP{settings.get('dp')}"
-                                  f"/PP{settings.get('pp')}"))
+        facts.append(
+            ("parallel", f"TP{settings.get('tp')}/EP{settings.get('ep')}/DP{settings.get('dp')}/PP{settings.get('pp')}")
+        )
     if settings.get("isl"):
-        facts.append(("shape", f"ISL {settings.get('isl')} / OSL {settings.get('osl')}, "
-                               f"{settings.get('requests')} requests x {settings.get('repeats')} repeats"))
+        facts.append(
+            (
+                "shape",
+                f"ISL {settings.get('isl')} / OSL {settings.get('osl')}, "
+                f"{settings.get('requests')} requests x {settings.get('repeats')} repeats",
+            )
+        )
     lines += [f"- {k}: {v}" for k, v in facts if v not in (None, "")]
     if problems:
         lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
@@ -194,35 +220,81 @@ def render_summary(rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping
     if points:
         lines += _table(
             ["Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline", "Repeats passed"],
-            ([format_chunk(p.chunk), p.concurrency, p.backend,
-              "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}", format_ms(p.ttft_p50_ms),
-              format_ms(p.ttft_p95_ms), p.vs_baseline, f"{p.passed}/{p.repeats}"] for p in points))
+            (
+                [
+                    format_chunk(p.chunk),
+                    p.concurrency,
+                    p.backend,
+                    "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}",
+                    format_ms(p.ttft_p50_ms),
+                    format_ms(p.ttft_p95_ms),
+                    p.vs_baseline,
+                    f"{p.passed}/{p.repeats}",
+                ]
+                for p in points
+            ),
+        )
     else:
         lines.append("No serving point finished.")
     failed = [r for r in rows if r.get("status") not in ("passed", None)]
     if failed:
         lines += ["", "## Points that did not pass", ""]
-        lines += _table(["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
-                        ([r.get("backend"), format_chunk(r.get("chunk")), r.get("concurrency"), r.get("repeat"),
-                          r.get("status"), "; ".join(map(str, r.get("reasons") or [])) or "-"] for r in failed))
+        lines += _table(
+            ["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
+            (
+                [
+                    r.get("backend"),
+                    format_chunk(r.get("chunk")),
+                    r.get("concurrency"),
+                    r.get("repeat"),
+                    r.get("status"),
+                    "; ".join(map(str, r.get("reasons") or [])) or "-",
+                ]
+                for r in failed
+            ),
+        )
     if verdicts:
         lines += ["", "## Verdicts", ""]
-        lines += _table(["Kind", "Subject", "Result", "Details"],
-                        ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts))
+        lines += _table(
+            ["Kind", "Subject", "Result", "Details"],
+            ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
+        )
     searches = [v for v in verdicts if v.get("kind") == "search"]
     if searches:
         lines += ["", "## Concurrency search", ""]
-        lines += _table(["Backend", "Chunk", "Mode", "Best C", "SLO", "Steps (C: value)"],
-                        ([v.get("backend"), format_chunk(v.get("chunk")), v.get("mode", ""),
-                          _num(v.get("best_concurrency")), f"{v.get('metric', '?')} < {_num(v.get('threshold'))}",
-                          ", ".join(f"{s.get('concurrency')}: {_num(s.get('value'))}{'' if s.get('passed') else ' ✗'}"
-                                    for s in v.get("steps") or [] if isinstance(s, Mapping))] for v in searches))
+        lines += _table(
+            ["Backend", "Chunk", "Mode", "Best C", "Floor", "Steps"],
+            (
+                [
+                    v.get("backend"),
+                    format_chunk(v.get("chunk")),
+                    v.get("mode", ""),
+                    _num(v.get("best_concurrency", v.get("best"))),
+                    _num(v.get("floor")),
+                    ", ".join(
+                        f"C={s.get('concurrency')} {'ok' if s.get('passed', s.get('slo_ok')) else 'MISS'}"
+                        for s in v.get("steps") or []
+                        if isinstance(s, Mapping)
+                    ),
+                ]
+                for v in searches
+            ),
+        )
     gates = [(v, g) for v in verdicts if v.get("kind") == "slo" for g in v.get("gates") or [] if isinstance(g, Mapping)]
     if gates:
         lines += ["", "## SLO gates", ""]
-        lines += _table(["Subject", "Gate", "Measured", "Result"],
-                        ([_subject(v), f"{g.get('metric')} {g.get('op', '<')} {_num(g.get('threshold'))}",
-                          _num(g.get("value")), _verdict_word(g)] for v, g in gates))
+        lines += _table(
+            ["Subject", "Gate", "Measured", "Result"],
+            (
+                [
+                    _subject(v),
+                    f"{g.get('metric')} {g.get('op', '<')} {_num(g.get('threshold'))}",
+                    _num(g.get("value")),
+                    _verdict_word(g),
+                ]
+                for v, g in gates
+            ),
+        )
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
     return "\n".join(lines) + "\n"

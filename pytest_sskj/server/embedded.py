@@ -41,9 +41,44 @@ VOCAB_SIZE = 512
 DEFAULT_BATCH = 512
 CTX_PER_SLOT = 4096
 _EMBED, _HEADS, _KV_HEADS, _FFN, _LAYERS, _CTX_TRAIN = 64, 4, 2, 128, 2, 4096
-_WORDS = ("the", "for", "this", "is", "over", "world", "hello", "quick", "brown", "fox", "jumps", "lazy", "dog",
-          "model", "server", "token", "test", "fast", "slow", "batch", "chunk", "prefill", "decode", "cluster",
-          "node", "rank", "expert", "kernel", "marlin", "latency", "through", "put", "and", "of", "to", "in")
+_WORDS = (
+    "the",
+    "for",
+    "this",
+    "is",
+    "over",
+    "world",
+    "hello",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "lazy",
+    "dog",
+    "model",
+    "server",
+    "token",
+    "test",
+    "fast",
+    "slow",
+    "batch",
+    "chunk",
+    "prefill",
+    "decode",
+    "cluster",
+    "node",
+    "rank",
+    "expert",
+    "kernel",
+    "marlin",
+    "latency",
+    "through",
+    "put",
+    "and",
+    "of",
+    "to",
+    "in",
+)
 _PUNCT = ".,;:!?-'\"()[]/"
 
 
@@ -90,7 +125,7 @@ def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234) ->
     head_dim = e // _HEADS
     e_kv = head_dim * _KV_HEADS
 
-    def rand(*shape: int, scale: float) -> np.ndarray:  # type: ignore[type-arg]
+    def rand(*shape: int, scale: float) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     w = gguf.GGUFWriter(str(path), "llama")
@@ -184,8 +219,20 @@ def serve_argv(
     python: str | None = None,
 ) -> list[str]:
     """The command line of ``python -m pytest_sskj.server.embedded serve`` (the ``embedded`` engine's argv)."""
-    argv = [python or sys.executable, "-m", "pytest_sskj.server.embedded", "serve", "--model", str(model),
-            "--host", host, "--port", str(port), "--parallel", str(slots)]
+    argv = [
+        python or sys.executable,
+        "-m",
+        "pytest_sskj.server.embedded",
+        "serve",
+        "--model",
+        str(model),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--parallel",
+        str(slots),
+    ]
     if batch is not None:
         argv += ["--batch", str(batch)]
     if threads is not None:
@@ -205,6 +252,7 @@ def embedded_server(
     port: int = 0,
     threads: int | None = None,
     timeout_s: float = 60.0,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[str]:
     """Run the embedded server on ``model`` and yield its base URL (``http://127.0.0.1:PORT``).
 
@@ -216,13 +264,19 @@ def embedded_server(
     from pytest_sskj.server.logscan import LogOracle
     from pytest_sskj.server.spec import NodeCommand
 
-    argv = serve_argv(model, port=port, slots=slots, batch=batch, threads=threads)
+    argv = [*serve_argv(model, port=port, slots=slots, batch=batch, threads=threads), *extra_args]
     handle = LocalLauncher().start(NodeCommand("local", 0, tuple(argv), port=port), log_path)
     try:
         oracle = LogOracle("embedded")
-        oracle.add(log_path, "local", 0)
-        report = wait_healthy("embedded", [handle], [lambda: address_from_log(log_path)], timeout_s=timeout_s,
-                              oracle=oracle, label="embedded server")
+        oracle.add(log_path, "local", 0, offset=handle.log_offset)
+        report = wait_healthy(
+            "embedded",
+            [handle],
+            [lambda: address_from_log(log_path, handle.log_offset)],
+            timeout_s=timeout_s,
+            oracle=oracle,
+            label="embedded server",
+        )
         yield report.urls[0]
     finally:
         handle.terminate(10.0)
@@ -232,8 +286,10 @@ def embedded_server(
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pytest_sskj.server.embedded",
-                                 description="pytest-sskj's embedded CPU engine (llama.cpp server via xllamacpp)")
+    ap = argparse.ArgumentParser(
+        prog="python -m pytest_sskj.server.embedded",
+        description="pytest-sskj's embedded CPU engine (llama.cpp server via xllamacpp)",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="serve a GGUF model over HTTP until SIGTERM/SIGINT")
     s.add_argument("--model", required=True, help="GGUF file")
@@ -243,6 +299,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="n_batch: tokens per prefill step (chunk)")
     s.add_argument("--threads", type=int, default=None, help="CPU threads (default: min(2, cores))")
     s.add_argument("--ctx-per-slot", type=int, default=CTX_PER_SLOT, help="context tokens per slot")
+    s.add_argument("--poll", type=int, default=0,
+                   help="llama.cpp threadpool busy-poll level 0-100 (0: sleep, friendly to shared CPUs)")
     s.add_argument("--alias", default=None, help="model name served by /v1/models")
     s.add_argument("--no-metrics", action="store_true", help="disable the Prometheus /metrics endpoint")
     m = sub.add_parser("make-model", help="write the tiny GGUF model")
@@ -253,7 +311,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(a: argparse.Namespace) -> int:
     import signal
-    import threading
 
     import xllamacpp as xlc
 
@@ -261,12 +318,15 @@ def _serve(a: argparse.Namespace) -> int:
         sys.stderr.write(f"sskj-embedded: --parallel ({a.parallel}) and --batch ({a.batch}) must be >= 1\n")
         return 2
     if not Path(a.model).is_file():
-        sys.stderr.write(f"sskj-embedded: model file {a.model} does not exist; generate it with "
-                         "`python -m pytest_sskj.server.embedded make-model PATH`\n")
+        sys.stderr.write(
+            f"sskj-embedded: model file {a.model} does not exist; generate it with "
+            "`python -m pytest_sskj.server.embedded make-model PATH`\n"
+        )
         return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # Block SIGTERM/SIGINT before the server starts its threads (they inherit the mask), then take them
+    # synchronously in this thread: a signal delivered to a C++ worker thread would never wake us.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     threads = a.threads or max(1, min(2, os.cpu_count() or 1))
     p = xlc.CommonParams()
     p.model.path = str(a.model)
@@ -279,6 +339,8 @@ def _serve(a: argparse.Namespace) -> int:
     p.n_ubatch = min(a.batch, DEFAULT_BATCH)
     p.cpuparams.n_threads = threads
     p.cpuparams_batch.n_threads = threads
+    p.cpuparams.poll = a.poll
+    p.cpuparams_batch.poll = a.poll
     p.hostnames = [a.host]
     p.port = a.port
     p.endpoint_metrics = not a.no_metrics
@@ -287,11 +349,13 @@ def _serve(a: argparse.Namespace) -> int:
     except RuntimeError as exc:
         sys.stderr.write(f"sskj-embedded: {exc}\n")
         return 1
-    sys.stdout.write(f"sskj-embedded: listening on {server.listening_address} "
-                     f"(slots {a.parallel}, n_batch {a.batch}, threads {threads}, pid {os.getpid()})\n")
+    sys.stdout.write(
+        f"sskj-embedded: listening on {server.listening_address} "
+        f"(slots {a.parallel}, n_batch {a.batch}, threads {threads}, pid {os.getpid()})\n"
+    )
     sys.stdout.flush()
-    stop.wait()
-    sys.stdout.write("sskj-embedded: stopping\n")
+    received = signal.sigwait(stop_signals)
+    sys.stdout.write(f"sskj-embedded: stopping on {signal.Signals(received).name}\n")
     sys.stdout.flush()
     del server
     return 0

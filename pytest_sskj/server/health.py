@@ -31,15 +31,19 @@ _ADDRESS = re.compile(r"sskj-embedded: listening on (https?://\S+)")
 UrlSource = Callable[[], "str | None"]
 
 
-def address_from_log(log_path: Path, pattern: re.Pattern[str] = _ADDRESS) -> str | None:
-    """The base URL a server printed into its log (``sskj-embedded: listening on http://...``), or ``None``."""
+def address_from_log(log_path: Path, offset: int = 0, pattern: re.Pattern[str] = _ADDRESS) -> str | None:
+    """The base URL a server printed into its log after byte ``offset`` (the last one), or ``None``.
+
+    The embedded server prints ``sskj-embedded: listening on http://HOST:PORT`` once it is bound.
+    """
     try:
         with log_path.open("rb") as fh:
-            head = fh.read(1024 * 1024).decode("utf-8", errors="replace")
+            fh.seek(offset)
+            text = fh.read(1024 * 1024).decode("utf-8", errors="replace")
     except OSError:
         return None
-    m = pattern.search(head)
-    return m.group(1).rstrip("/") if m else None
+    found = pattern.findall(text)
+    return str(found[-1]).rstrip("/") if found else None
 
 
 @dataclass(frozen=True)
@@ -145,10 +149,12 @@ def wait_healthy(
             return HealthReport(tuple(u for u in resolved if u), time.perf_counter() - start, probes)
         now = time.perf_counter()
         if now >= deadline:
-            waiting = [f"{resolved[i] or '(address unknown)'}{path}: {last[i]}" for i in range(len(urls))
-                       if not healthy[i]]
+            waiting = [
+                f"{resolved[i] or '(address unknown)'}{path}: {last[i]}" for i in range(len(urls)) if not healthy[i]
+            ]
             raise HealthTimeout(
-                f"{label}: no healthy answer within {timeout_s:g} s from " + "; ".join(waiting)
+                f"{label}: no healthy answer within {timeout_s:g} s from "
+                + "; ".join(waiting)
                 + f"\n{_evidence(handles)}\n  Hint: raise --sskj-health-timeout if the model loads slowly, "
                 "or read the logs above for the cause"
             )

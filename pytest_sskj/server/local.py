@@ -11,13 +11,14 @@ prove that teardown left nothing behind.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.server.launcher import CommandResult
-from pytest_sskj.server.process import ManagedProcess
+from pytest_sskj.server.process import ManagedProcess, Reaper
 from pytest_sskj.server.spec import NodeCommand
 
 __all__ = ["LocalLauncher", "LocalProcess"]
@@ -33,6 +34,7 @@ class LocalProcess:
         self.rank = cmd.rank
         self.command = cmd
         self.log_path = proc.log_path
+        self.log_offset = proc.log_offset
         self.proc = proc
 
     @property
@@ -57,10 +59,12 @@ class LocalLauncher:
 
     kind = "local"
 
-    def __init__(self, *, cwd: Path | None = None, inherit_env: bool = True, **_ignored: object) -> None:
+    def __init__(self, *, cwd: Path | None = None, inherit_env: bool = True, reaper_state: Path | None = None) -> None:
         self.cwd = cwd
         self.inherit_env = inherit_env
         self.started: list[LocalProcess] = []
+        self.reaper = Reaper(reaper_state) if reaper_state is not None else None
+        """With ``reaper_state``, a watchdog stops every started tree should this process die first."""
 
     def _check_node(self, node: str) -> None:
         import socket
@@ -89,20 +93,28 @@ class LocalLauncher:
             ) from exc
         handle = LocalProcess(cmd, proc)
         self.started.append(handle)
+        if self.reaper is not None:
+            self.reaper.register(proc)
         return handle
 
     def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
         """Run a short command here and wait for it (its own session; killed whole on timeout)."""
         self._check_node(node)
         proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, text=True, env=self._env(()), cwd=str(self.cwd) if self.cwd else None,
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            text=True,
+            env=self._env(()),
+            cwd=str(self.cwd) if self.cwd else None,
         )
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             try:
-                os.killpg(proc.pid, 9)
+                os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             out, err = proc.communicate()
@@ -119,4 +131,6 @@ class LocalLauncher:
         return out
 
     def close(self) -> None:
-        """Nothing to release for local processes (they are stopped through their handles)."""
+        """Stop the reaper watchdog (processes themselves are stopped through their handles)."""
+        if self.reaper is not None:
+            self.reaper.close()

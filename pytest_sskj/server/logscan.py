@@ -53,7 +53,9 @@ def _sig(name: str, category: str, severity: str, regex: str) -> Signature:
     return Signature(name, category, severity, re.compile(regex))
 
 
-_MANAGERS = "Scheduler|TokenizerManager|DetokenizerManager|DataParallelController|MultiTokenizerRouter|MultiDetokenizerRouter"
+_MANAGERS = (
+    "Scheduler|TokenizerManager|DetokenizerManager|DataParallelController|MultiTokenizerRouter|MultiDetokenizerRouter"
+)
 
 # Order matters only for lines that match several rows: the first match wins (most specific first).
 SIGNATURES: tuple[Signature, ...] = (
@@ -65,44 +67,71 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("prefill_oom", "oom", "fatal", r"Prefill out of memory\. Try to lower your batch size\."),
     _sig("decode_oom", "oom", "fatal", r"Decode out of memory\. Try to lower your batch size\."),
     _sig("req_slots_oom", "oom", "fatal", r"alloc_req_slots runs out of memory\."),
-    _sig("scheduler_died_init", "oom", "fatal",
-         r"Rank \d+ scheduler died during initialization \(exit code: -9\)"),
+    _sig("scheduler_died_init", "oom", "fatal", r"Rank \d+ scheduler died during initialization \(exit code: -9\)"),
     _sig("kv_pool_full", "oom", "warning", r"KV cache pool is full\. Retract requests\."),
     _sig("memory_leak", "oom", "error", r"memory leak detected!"),
     # --- NCCL / distributed --------------------------------------------------------------------------
-    _sig("nccl_collective_timeout", "nccl", "fatal",
-         r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=\d+"),
+    _sig(
+        "nccl_collective_timeout",
+        "nccl",
+        "fatal",
+        r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=\d+",
+    ),
     _sig("nccl_error", "nccl", "fatal", r"NCCL error: "),
-    _sig("nccl_error_code", "nccl", "fatal",
-         r"\b(ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclRemoteError)\b"),
+    _sig(
+        "nccl_error_code",
+        "nccl",
+        "fatal",
+        r"\b(ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclRemoteError)\b",
+    ),
     _sig("dist_backend_error", "nccl", "fatal", r"\bDistBackendError\b"),
     _sig("nccl_warn", "nccl", "warning", r"\[\d+\] [\w./-]+:\d+ NCCL WARN "),
     # --- watchdogs / hangs ---------------------------------------------------------------------------
-    _sig("soft_watchdog", "watchdog", "warning",
-         r"\w+ watchdog timeout \(self\.watchdog_timeout=[^,]*, self\.soft=True\)"),
+    _sig(
+        "soft_watchdog",
+        "watchdog",
+        "warning",
+        r"\w+ watchdog timeout \(self\.watchdog_timeout=[^,]*, self\.soft=True\)",
+    ),
     _sig("watchdog", "watchdog", "fatal", r"\w+ watchdog timeout \(self\.watchdog_timeout="),
-    _sig("health_check_failed", "watchdog", "error",
-         r"Health check failed\. Server couldn't get a response from detokenizer for last"),
+    _sig(
+        "health_check_failed",
+        "watchdog",
+        "error",
+        r"Health check failed\. Server couldn't get a response from detokenizer for last",
+    ),
     # --- crashes -------------------------------------------------------------------------------------
     _sig("manager_exception", "crash", "fatal", rf"\b({_MANAGERS}) hit an exception: "),
-    _sig("sigquit_child", "crash", "fatal",
-         r"Received sigquit from a child process\. It usually means the child failed\."),
+    _sig(
+        "sigquit_child",
+        "crash",
+        "fatal",
+        r"Received sigquit from a child process\. It usually means the child failed\.",
+    ),
     _sig("sigquit", "crash", "fatal", r"SIGQUIT received\. signum=.*It usually means one child failed\."),
-    _sig("subprocess_crashed", "crash", "fatal",
-         r"Subprocess \S+ \(pid=\d+\) crashed with exit code -?\d+"),
+    _sig("subprocess_crashed", "crash", "fatal", r"Subprocess \S+ \(pid=\d+\) crashed with exit code -?\d+"),
     _sig("scheduler_died", "crash", "fatal", r"Rank \d+ scheduler died during initialization \(exit code: "),
-    _sig("init_failed", "crash", "fatal", r"Initialization failed\. (Please see the error messages above\.|warmup error: )"),
+    _sig(
+        "init_failed",
+        "crash",
+        "fatal",
+        r"Initialization failed\. (Please see the error messages above\.|warmup error: )",
+    ),
     _sig("cuda_graph_failed", "crash", "fatal", r"Capture cuda graph failed: "),
     _sig("illegal_memory_access", "crash", "fatal", r"CUDA error: an illegal memory access was encountered"),
     _sig("cublas_status", "crash", "fatal", r"\bCUBLAS_STATUS_(?!SUCCESS\b)[A-Z_]+\b"),
     _sig("segfault", "crash", "fatal", r"\bSegmentation fault\b"),
     _sig("core_dumped", "crash", "fatal", r"\(core dumped\)|\bcore dumped\b(?![_=])"),
     _sig("cxx_terminate", "crash", "fatal", r"terminate called after throwing an instance of "),
-    _sig("vllm_engine_dead", "crash", "fatal",
-         r"\bEngineDeadError\b|EngineCore encountered an issue\. See stack trace \(above\) for the root cause\."),
+    _sig(
+        "vllm_engine_dead",
+        "crash",
+        "fatal",
+        r"\bEngineDeadError\b|EngineCore encountered an issue\. See stack trace \(above\) for the root cause\.",
+    ),
     _sig("llamacpp_init_failed", "crash", "fatal", r"Failed to init server, please check the input params\."),
     # --- misconfiguration ----------------------------------------------------------------------------
-    _sig("not_contiguous", "config", "fatal", r"\b\w+ must be contiguous\b"),
+    _sig("not_contiguous", "config", "fatal", r"\b\w+ must be contiguous(?![\w-])"),
     _sig("mxfp8_input_sf", "config", "fatal", r"input_sf must be provided when use_mxfp8_act_scaling=True"),
     _sig("w4a8_quant_scales", "config", "fatal", r"Expecting 4 quant scales for W4A8_MXFP4_MXFP8 quantization"),
     _sig("mxfp4_hidden_align", "config", "fatal", r"hidden_size must be divisible by 128 for MXFP4 weights"),
@@ -116,8 +145,13 @@ SIGNATURES: tuple[Signature, ...] = (
 )
 
 HEALTHY_MARKERS: dict[str, tuple[str, ...]] = {
-    "sglang": ("Init torch distributed begin.", "Init torch distributed ends.", "Load weight end.",
-               "Memory pool end.", "The server is fired up and ready to roll!"),
+    "sglang": (
+        "Init torch distributed begin.",
+        "Init torch distributed ends.",
+        "Load weight end.",
+        "Memory pool end.",
+        "The server is fired up and ready to roll!",
+    ),
     "vllm": ("Application startup complete.",),
     "embedded": ("sskj-embedded: listening on",),
 }
@@ -157,7 +191,9 @@ class Finding:
         return {"category": self.category, "severity": self.severity, "node": self.node, "line": self.line}
 
     def describe(self) -> str:
-        return f"{self.severity} {self.category} on {self.node} rank {self.rank} ({self.path}:{self.line_no}): {self.line}"
+        return (
+            f"{self.severity} {self.category} on {self.node} rank {self.rank} ({self.path}:{self.line_no}): {self.line}"
+        )
 
 
 @dataclass(frozen=True)
@@ -181,6 +217,7 @@ class LogScanner:
         secrets: Iterable[str] = (),
         context_before: int = 3,
         context_after: int = 12,
+        offset: int = 0,
     ) -> None:
         self.path = path
         self.node = node
@@ -188,7 +225,8 @@ class LogScanner:
         self.markers = tuple(markers)
         self.markers_seen: list[str] = []
         self.secrets = tuple(secrets)
-        self.offset = 0
+        self.offset = offset
+        """Byte position up to which the file has been read (start > 0 to skip an earlier run's lines)."""
         self.line_no = 0
         self._partial = b""
         self._before: deque[str] = deque(maxlen=context_before)
@@ -220,11 +258,19 @@ class LogScanner:
             if sig is not None:
                 after = lines[i + 1 : i + 1 + self._after]
                 excerpt = "\n".join([*self._before, line, *after])
-                found.append(Finding(
-                    category=sig.category, severity=sig.severity, node=self.node, rank=self.rank,
-                    path=str(self.path), line_no=self.line_no, line=redact_text(line.strip(), self.secrets),
-                    excerpt=redact_text(excerpt, self.secrets), signature=sig.name,
-                ))
+                found.append(
+                    Finding(
+                        category=sig.category,
+                        severity=sig.severity,
+                        node=self.node,
+                        rank=self.rank,
+                        path=str(self.path),
+                        line_no=self.line_no,
+                        line=redact_text(line.strip(), self.secrets),
+                        excerpt=redact_text(excerpt, self.secrets),
+                        signature=sig.name,
+                    )
+                )
             self._before.append(line)
         return found
 
@@ -238,8 +284,10 @@ class LogOracle:
     scanners: list[LogScanner] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    def add(self, path: Path, node: str, rank: int) -> LogScanner:
-        scanner = LogScanner(path, node, rank, markers=HEALTHY_MARKERS.get(self.engine, ()), secrets=self.secrets)
+    def add(self, path: Path, node: str, rank: int, *, offset: int = 0) -> LogScanner:
+        scanner = LogScanner(
+            path, node, rank, markers=HEALTHY_MARKERS.get(self.engine, ()), secrets=self.secrets, offset=offset
+        )
         self.scanners.append(scanner)
         return scanner
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["ManagedProcess", "describe_exit", "session_pids", "tail_lines", "tree_pids"]
+__all__ = ["ManagedProcess", "Reaper", "describe_exit", "main", "session_pids", "tail_lines", "tree_pids"]
 
 
 def tail_lines(path: Path, n: int = 30, *, max_bytes: int = 256 * 1024) -> list[str]:
@@ -114,6 +114,8 @@ class ManagedProcess:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._known: dict[int, float | None] = {}
         with log_path.open("ab") as log:
+            self.log_offset = log.tell()
+            """Size of the log before this process wrote to it (a reused log file is appended to)."""
             # the child keeps its own copy of the descriptor; ours is closed right away
             self.popen = subprocess.Popen(
                 list(self.argv),
@@ -211,3 +213,114 @@ class ManagedProcess:
 
     def __repr__(self) -> str:
         return f"ManagedProcess(pid={self.pid}, returncode={self.popen.returncode}, log={self.log_path})"
+
+
+# --- the reaper: teardown that survives the death of the pytest process --------------------------------
+
+
+class Reaper:
+    """A watchdog process that tears down registered trees if this (pytest) process dies without doing it.
+
+    ``pytest-timeout``'s thread method ends the process with ``os._exit``, and SIGKILL gives no chance to
+    clean up; servers live in their own sessions, so they would survive.  The reaper runs
+    ``python -m pytest_sskj.server.process reap`` in its own session; it polls this process every
+    ``poll_s`` and, once it is gone, SIGTERMs then SIGKILLs every registered tree.  ``close()`` (normal
+    teardown) stops it without reaping.  The registry is a small JSON file next to the logs.
+    """
+
+    def __init__(self, state_path: Path, *, poll_s: float = 0.5) -> None:
+        self.state_path = state_path
+        self.poll_s = poll_s
+        self.entries: dict[int, float | None] = {}
+        self.watchdog: ManagedProcess | None = None
+
+    def _write(self) -> None:
+        import json
+
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        tmp.write_text(json.dumps({"pids": [[p, ct] for p, ct in self.entries.items()]}))
+        os.replace(tmp, self.state_path)
+
+    def register(self, proc: ManagedProcess) -> None:
+        """Have ``proc``'s tree (its session) reaped should this process die."""
+        self.entries[proc.pid] = proc._known.get(proc.pid)
+        self._write()
+        if self.watchdog is None or self.watchdog.poll() is not None:
+            import sys
+
+            me = psutil.Process()
+            argv = [
+                sys.executable,
+                "-m",
+                "pytest_sskj.server.process",
+                "reap",
+                "--parent",
+                str(me.pid),
+                "--parent-created",
+                repr(me.create_time()),
+                "--state",
+                str(self.state_path),
+                "--poll",
+                str(self.poll_s),
+            ]
+            self.watchdog = ManagedProcess(argv, self.state_path.with_suffix(".log"))
+
+    def close(self) -> None:
+        """Normal teardown happened: stop the watchdog without reaping anything."""
+        if self.watchdog is not None:
+            self.watchdog.terminate(5.0)
+        self.entries.clear()
+        try:
+            self.state_path.unlink()
+        except OSError:
+            pass
+
+
+def _reap(parent: int, created: float, state: Path, poll_s: float) -> int:
+    import json
+
+    while _alive(parent, created):
+        time.sleep(poll_s)
+    try:
+        entries = json.loads(state.read_text())["pids"]
+    except (OSError, ValueError, KeyError):
+        return 0
+    victims: dict[int, float | None] = {}
+    for pid, ct in entries:
+        if _alive(int(pid), ct):
+            victims[int(pid)] = ct
+        for p in set(tree_pids(int(pid))) | set(session_pids(int(pid))):
+            victims.setdefault(p, None)
+    print(f"sskj-reaper: pytest (pid {parent}) is gone; stopping {sorted(victims)}", flush=True)  # noqa: T201
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        for pid, ct in victims.items():
+            if _alive(pid, ct):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        deadline = time.perf_counter() + wait_s
+        while any(_alive(p, ct) for p, ct in victims.items()) and time.perf_counter() < deadline:
+            time.sleep(0.05)
+    left = [p for p, ct in victims.items() if _alive(p, ct)]
+    print(f"sskj-reaper: done; still running: {left or 'none'}", flush=True)  # noqa: T201
+    return 1 if left else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m pytest_sskj.server.process")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("reap", help="wait for --parent to exit, then stop the trees listed in --state")
+    r.add_argument("--parent", type=int, required=True)
+    r.add_argument("--parent-created", type=float, required=True)
+    r.add_argument("--state", type=Path, required=True)
+    r.add_argument("--poll", type=float, default=0.5)
+    a = ap.parse_args(argv)
+    return _reap(a.parent, a.parent_created, a.state, a.poll)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

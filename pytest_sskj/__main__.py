@@ -1,0 +1,179 @@
+"""``python -m pytest_sskj``: release marking and report rendering outside a pytest run.
+
+``release mark --run RUN_ID --tag NAME`` / ``release list`` / ``release show TAG`` (see
+:mod:`pytest_sskj.report.release`); ``report html --alluredir DIR --out FILE [--check]`` (see
+:mod:`pytest_sskj.report.html`); ``report summary --run RUN_ID`` regenerates ``summary.md`` and the plots
+of a (possibly crashed) run.  Exit status: 0 done, 1 refused or check failed, 2 bad input or missing tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _reports_default() -> Path:
+    return Path(os.environ.get("SSKJ_REPORTS_DIR") or "reports")
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pytest_sskj", description="pytest-sskj release marks and reports")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    rel = sub.add_parser("release", help="mark a green run as a release; list and show marks")
+    rsub = rel.add_subparsers(dest="action", required=True)
+    mark = rsub.add_parser("mark", help="write reports/releases/<tag>.json if every required suite passed")
+    mark.add_argument("--run", required=True, help="run id (the folder under --reports-dir)")
+    mark.add_argument("--tag", required=True, help="release name, e.g. v0.3.0 or kimi3-sm120-2026-11-29")
+    mark.add_argument("--config", type=Path, default=None, help="release.toml (default: nearest one from cwd)")
+    mark.add_argument("--force", action="store_true", help="replace an existing mark of the same tag")
+    lst = rsub.add_parser("list", help="list release marks")
+    lst.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show = rsub.add_parser("show", help="print one release mark (JSON)")
+    show.add_argument("tag")
+    for sp in (mark, lst, show):
+        sp.add_argument(
+            "--reports-dir", type=Path, default=None, help="reports root (default: $SSKJ_REPORTS_DIR or reports/)"
+        )
+
+    rep = sub.add_parser("report", help="render reports")
+    psub = rep.add_subparsers(dest="action", required=True)
+    html = psub.add_parser("html", help="render Allure results into one self-contained HTML file (Allure 3)")
+    html.add_argument("--alluredir", type=Path, required=True, help="the --alluredir of the pytest run")
+    html.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    html.add_argument("--name", default="pytest-sskj", help="report title")
+    html.add_argument(
+        "--npm-prefix",
+        type=Path,
+        default=None,
+        help="where allure was installed with "
+        "`npm install --prefix DIR allure@3.18.0` (default: node_modules/ here or in the checkout)",
+    )
+    html.add_argument(
+        "--check",
+        action="store_true",
+        help="then open it in headless Chromium and assert it shows the tests, a metric attachment and a plot",
+    )
+    html.add_argument(
+        "--screenshot", type=Path, default=None, help="with --check: PNG screenshot path (default: next to --out)"
+    )
+    summ = psub.add_parser("summary", help="regenerate summary.md and plots of a run from its files")
+    summ.add_argument("--run", required=True)
+    summ.add_argument("--reports-dir", type=Path, default=None)
+    return p
+
+
+def _release(args: argparse.Namespace) -> int:
+    from pytest_sskj.report import release
+
+    reports = args.reports_dir or _reports_default()
+    if args.action == "mark":
+        cfg_path = args.config or release.find_config()
+        if cfg_path is None:
+            _err(f"no {release.CONFIG_NAME} found from {Path.cwd()} upwards; pass --config PATH")
+            return 2
+        try:
+            cfg = release.load_config(cfg_path)
+        except ValueError as exc:
+            _err(str(exc))
+            return 2
+        try:
+            out = release.mark(args.run, args.tag, reports_dir=reports, config=cfg, force=args.force)
+        except release.ReleaseRefused as exc:
+            _err(str(exc))
+            return 1
+        _out(f"marked run {args.run} as release {args.tag}: {out}")
+        return 0
+    if args.action == "list":
+        marks = release.list_releases(reports)
+        if args.json:
+            _out(json.dumps(marks, indent=2))
+        elif not marks:
+            _out(f"no release marks in {reports / 'releases'}")
+        for m in [] if args.json else marks:
+            counts = ", ".join(f"{k} {v}" for k, v in sorted((m.get("counts") or {}).items()))
+            _out(f"{m['tag']}\trun {m.get('run_id')}\t{m.get('marked_at')}\t{counts or m.get('error', '')}")
+        return 0
+    try:
+        _out(json.dumps(release.show_release(args.tag, reports), indent=2, sort_keys=True))
+    except FileNotFoundError as exc:
+        _err(str(exc))
+        return 2
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    if args.action == "summary":
+        from pytest_sskj.report.plugin import regenerate
+
+        run_dir = (args.reports_dir or _reports_default()) / args.run
+        if not run_dir.is_dir():
+            _err(f"run directory {run_dir} does not exist (see --reports-dir)")
+            return 2
+        facts = regenerate(run_dir, plots=True)
+        _out(
+            f"{run_dir / 'summary.md'}: {facts['rows']} row(s), {facts['verdicts']} verdict(s), "
+            f"{len(facts['plots'])} plot(s)"
+        )
+        for p in facts["problems"]:
+            _out(f"  recovered: {p}")
+        return 0
+    from pytest_sskj.report import html
+
+    allure = None
+    if args.npm_prefix is not None:
+        allure = html.find_allure(npm_prefix=args.npm_prefix)
+        if allure is None:
+            _err(
+                f"no allure in {args.npm_prefix / 'node_modules' / '.bin'}; run "
+                f"`npm install --no-audit --no-fund --prefix {args.npm_prefix} allure@{html.ALLURE_VERSION}`"
+            )
+            return 2
+    try:
+        out = html.render_html(args.alluredir, args.out, name=args.name, allure=allure)
+    except (html.HtmlToolMissing, FileNotFoundError, RuntimeError) as exc:
+        _err(str(exc))
+        return 2
+    _out(f"wrote {out} ({out.stat().st_size} bytes)")
+    if not args.check:
+        return 0
+    shot = args.screenshot or out.with_suffix(".png")
+    try:
+        res = html.check_html(out, args.alluredir, screenshot=shot)
+    except html.HtmlToolMissing as exc:
+        _err(str(exc))
+        return 2
+    except (html.HtmlCheckError, RuntimeError, TimeoutError) as exc:
+        _err(f"HTML check failed: {exc}")
+        return 1
+    _out(
+        f"check passed: {len(res.tests)} test page(s) rendered; {res.test_checked!r} shows metric attachment "
+        f"{res.metric_attachment!r} ({res.metric_text_seen!r} visible) and plot {res.plot_attachment!r} "
+        f"({res.plot_size_px[0]}x{res.plot_size_px[1]} px); screenshot {res.screenshot} ({res.screenshot_bytes} bytes)"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "release":
+        return _release(args)
+    return _report(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,425 @@
+"""Hooks of the acceptance suite: parameters from Settings, run order, verdict bookkeeping, terminal summary.
+
+The suite's tests (``acceptance/test_*.py``) ask for one of five parameters and this plugin fills them
+from :class:`~pytest_sskj.settings.Settings`: ``sskj_point`` (serving points, in execution order: grouped
+by server, or A B A B where restarts are cheap), ``sskj_comparison``, ``sskj_curve``, ``sskj_slo_config``
+and ``sskj_search_config``.  Collection puts serving points first, then SLO gates, comparisons, chunk
+curves and searches, so verdicts find their points already measured.  Each acceptance test gets a
+pytest-timeout ``signal``-method marker sized to its server start (so fixture teardown still runs after a
+timeout) unless it already has one.  The session object :class:`Acceptance` (in ``config.stash``) runs
+points through :class:`~pytest_sskj.acceptance.runner.PointRunner`, builds verdicts and announces them
+with ``pytest_sskj_verdict``; the terminal summary prints the users' table from the point store.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sskj.acceptance import matrix
+from pytest_sskj.acceptance.compare import RepeatSample, Verdict, compare
+from pytest_sskj.acceptance.curve import Curve, build_curve
+from pytest_sskj.acceptance.live import LiveLine
+from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
+from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
+from pytest_sskj.acceptance.search import SearchResult, judge, search
+from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
+from pytest_sskj.settings import Settings
+from pytest_sskj.stash import SETTINGS_KEY
+
+__all__ = ["ACCEPTANCE_KEY", "PARAMS", "Acceptance", "SiteDefaults", "get_acceptance", "sskj_acceptance"]
+
+ACCEPTANCE_KEY = pytest.StashKey["Acceptance"]()
+"""The session's :class:`Acceptance` object."""
+
+PARAMS = ("sskj_point", "sskj_slo_config", "sskj_comparison", "sskj_curve", "sskj_search_config")
+"""The parameters this plugin generates, in the order their tests run."""
+
+_VERDICT_DIR = "verdicts"
+_POINT_BUDGET_S = {"embedded": 60.0}
+_DEFAULT_POINT_BUDGET_S = 900.0
+
+
+@dataclass(frozen=True)
+class SiteDefaults:
+    """Report labels a site sets in ``acceptance/conftest.py`` (fixture ``sskj_site``)."""
+
+    feature: str = "MoE backend"
+    story: str = "prefill throughput"
+
+
+class Acceptance:
+    """Per-session acceptance state: the point runner, the verdicts, the live line."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.store = PointStore(settings.run_dir)
+        self.live = LiveLine.for_config(config)
+        self.runner = PointRunner(config, settings, self.store, progress=self.live.update)
+        self.verdicts: list[dict[str, Any]] = []
+
+    # -- infrastructure ------------------------------------------------------------------------------
+    def pool(self) -> Any:
+        from pytest_sskj.server.fixtures import get_pool
+
+        return get_pool(self.config)
+
+    def bench(self) -> Any:
+        from pytest_sskj.bench.runner import run_bench
+
+        return run_bench
+
+    def epic(self) -> str:
+        """``<model> <platform>`` (``Kimi-K3 pro6000``); the embedded engine is ``embedded-tiny cpu``."""
+        s = self.settings
+        model = s.model_name or (Path(s.model_path).name if s.model_path else f"{s.engine}-tiny")
+        platform = s.platform or ("cpu" if s.engine == "embedded" else "unknown-platform")
+        return f"{model} {platform}"
+
+    def label(self, site: SiteDefaults, *, story: str | None = None, **params: Any) -> None:
+        """Allure labels (epic, feature, story) and parameters of the current test (no-ops without allure)."""
+        from pytest_sskj.report import allure
+
+        allure.labels(epic=self.epic(), feature=site.feature, story=story or site.story)
+        allure.parameters(**params)
+
+    # -- points --------------------------------------------------------------------------------------
+    def serve(self, point: Point, item: pytest.Item | None = None) -> PointOutcome:
+        """Measure ``point`` once per session (or reuse it from ``--resume`` / another xdist worker)."""
+        from filelock import FileLock
+
+        if point.id in self.runner.outcomes:
+            return self.runner.outcomes[point.id]
+        test_id = item.nodeid if item is not None else f"acceptance/test_serving.py::test_serving[{point.id}]"
+        lock = FileLock(str(self.store.point_dir(point.id) / ".lock"))
+        with lock:
+            if hasattr(self.config, "workerinput") and not self.settings.resume:
+                found = self.store.read(point.id)
+                if found is not None and found[0].get("status") != "not_run":
+                    out = PointOutcome(
+                        point,
+                        found[0],
+                        found[1],
+                        resumed=True,
+                        message="\n".join(map(str, found[0].get("reasons") or [])),
+                    )
+                    self.runner.outcomes[point.id] = out
+                    return out
+            try:
+                outcome = self.runner.run(point, self.pool(), self.bench(), test_id=test_id)
+            finally:
+                self.live.finish()
+        if item is not None and not outcome.resumed:
+            self._attach_server(item, point)
+        return outcome
+
+    def _attach_server(self, item: pytest.Item, point: Point) -> None:
+        """Let the server fixtures' report hook attach log findings / tails of this test's window."""
+        try:
+            from pytest_sskj.server.fixtures import SERVER_KEY
+        except ImportError:
+            return
+        pool = self.pool()
+        spec = self.runner.spec_for(point)
+        server = getattr(pool, "running", {}).get(spec)
+        if server is not None and SERVER_KEY not in item.stash:
+            item.stash[SERVER_KEY] = (server, server.mark())
+
+    def repeats(self, key: ConfigKey) -> list[PointOutcome]:
+        """Every repeat of ``key`` (measured now if the serving tests have not run it yet)."""
+        s = self.settings
+        return [
+            self.serve(Point(key.backend, key.chunk, key.concurrency, r, s.repeats)) for r in range(1, s.repeats + 1)
+        ]
+
+    # -- verdicts ------------------------------------------------------------------------------------
+    def record(self, verdict: dict[str, Any]) -> None:
+        """Keep, persist and announce a verdict (``kind``, ``passed``, ``message`` + kind-specific keys)."""
+        verdict = jsonable(verdict)
+        verdict.setdefault("run_id", self.settings.run_id)
+        self.verdicts.append(verdict)
+        name = f"{verdict.get('kind')}-{verdict.get('id')}.json"
+        atomic_write_json(self.settings.run_dir / _VERDICT_DIR / name, verdict)
+        self.config.hook.pytest_sskj_verdict(config=self.config, verdict=dict(verdict))
+
+    def compare(self, comp: Comparison, test_id: str = "") -> tuple[Verdict | None, str]:
+        """Run (or reuse) both sides and compare; ``(None, why)`` when a side has no passed repeat."""
+        base = self.repeats(comp.baseline_config())
+        cand = self.repeats(comp.candidate_config())
+        missing = [o for o in (*base, *cand) if not o.passed]
+        usable_b = [o for o in base if o.passed]
+        usable_c = [o for o in cand if o.passed]
+        if not usable_b or not usable_c:
+            why = "; ".join(f"{o.point.id}: {o.message.splitlines()[0] if o.message else o.status}" for o in missing)
+            return None, why
+        v = compare(
+            comp.baseline,
+            comp.candidate,
+            [RepeatSample.from_row(o.row, o.samples) for o in usable_b],
+            [RepeatSample.from_row(o.row, o.samples) for o in usable_c],
+            margin_pct=self.settings.margin_pct,
+            seed=self.settings.seed,
+        )
+        notes = []
+        if missing:
+            notes.append(
+                f"{len(missing)} repeat(s) did not pass and are left out: " + ", ".join(o.point.id for o in missing)
+            )
+        bound = [o.point.id for o in (*usable_b, *usable_c) if o.row.get("client_bound")]
+        if bound:
+            notes.append("client-bound measurement(s): " + ", ".join(bound))
+        if notes:
+            from dataclasses import replace
+
+            v = replace(v, notes=(*v.notes, *notes))
+        self.record(
+            {
+                "kind": "comparison",
+                "id": comp.id,
+                "test_id": test_id,
+                "passed": v.outcome == "better",
+                "baseline": comp.baseline,
+                "candidate": comp.candidate,
+                "chunk": comp.chunk,
+                "concurrency": comp.concurrency,
+                **v.as_dict(),
+            }
+        )
+        return v, ""
+
+    def curve(self, key: CurveKey, test_id: str = "") -> Curve:
+        rows = {cfg.chunk: [o.row for o in self.repeats(cfg)] for cfg in key.configs()}
+        c = build_curve(key.backend, key.concurrency, rows, expected_best=self.settings.expect_best_chunk)
+        self.record({"kind": "chunk_curve", "id": key.id, "test_id": test_id, **c.as_dict()})
+        return c
+
+    def slo(self, key: ConfigKey, test_id: str = "") -> tuple[bool | None, str, list[dict[str, Any]]]:
+        """Judge every passed repeat of ``key`` against the SLO; ``(None, why, [])`` when none passed."""
+        s = self.settings
+        outs = self.repeats(key)
+        passed = [o for o in outs if o.passed]
+        if not passed:
+            return (
+                None,
+                "; ".join(f"{o.point.id}: {o.message.splitlines()[0] if o.message else o.status}" for o in outs),
+                [],
+            )
+        lines, gates, all_ok = [], [], True
+        for o in passed:
+            ok, results = judge(s.slo, o.row, osl=s.osl)
+            all_ok = all_ok and ok
+            lines.append(f"{o.point.id}: " + ", ".join(r.sentence() for r in results))
+            gates += [
+                {
+                    "metric": r.gate.metric,
+                    "op": r.gate.op,
+                    "threshold": r.gate.threshold,
+                    "value": r.value,
+                    "passed": r.passed,
+                    "repeat": o.point.repeat,
+                }
+                for r in results
+            ]
+        message = "; ".join(lines)
+        self.record(
+            {
+                "kind": "slo",
+                "id": key.id,
+                "test_id": test_id,
+                "passed": all_ok,
+                "backend": key.backend,
+                "chunk": key.chunk,
+                "concurrency": key.concurrency,
+                "gates": gates,
+                "message": message,
+            }
+        )
+        return all_ok, message, gates
+
+    def search(self, backend: str, chunk: int | None, test_id: str = "") -> SearchResult:
+        """The adaptive concurrency search of one (backend, chunk); steps on disk, resumable."""
+        s = self.settings
+        cfg = f"{backend}-chunk{chunk}"
+        log = StepLog(s.run_dir / "search" / cfg / f"steps-{s.search}.jsonl")
+        known = (
+            {int(st["concurrency"]): st["metrics"] for st in log.read() if isinstance(st.get("metrics"), dict)}
+            if s.resume
+            else {}
+        )
+
+        def measure(c: int) -> dict[str, Any]:
+            out = self.serve(Point(backend, chunk, c, 0, 0, kind="search"))
+            metrics: dict[str, Any] = {
+                k: v for k, v in out.row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+            metrics["ok"] = out.passed
+            if not out.passed:
+                metrics["error"] = (out.message.splitlines() or [out.status])[0]
+            return metrics
+
+        result = search(
+            s.search,
+            measure,
+            s.slo,
+            osl=s.osl,
+            max_c=s.search_max,
+            floor=s.search_floor,
+            known=known,
+            on_step=lambda st: log.append(st.as_dict()),
+        )
+        self.record(
+            {
+                "kind": "search",
+                "id": cfg,
+                "test_id": test_id,
+                "backend": backend,
+                "chunk": chunk,
+                "best_concurrency": result.best,
+                **result.as_dict(),
+            }
+        )
+        return result
+
+    # -- summary -------------------------------------------------------------------------------------
+    def stored_verdicts(self) -> list[dict[str, Any]]:
+        d = self.settings.run_dir / _VERDICT_DIR
+        if not d.is_dir():
+            return list(self.verdicts)
+        out = []
+        for p in sorted(d.glob("*.json"), key=lambda p: p.stat().st_mtime):
+            try:
+                v = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(v, dict):
+                out.append(v)
+        return out
+
+    def stored_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for pid in self.store.ids():
+            found = self.store.read(pid)
+            if found is not None and found[0].get("run_id") in (self.settings.run_id, None):
+                rows.append(found[0])
+        return rows
+
+
+def get_acceptance(config: pytest.Config) -> Acceptance:
+    """The session's :class:`Acceptance` (created on first use)."""
+    acc = config.stash.get(ACCEPTANCE_KEY, None)
+    if acc is None:
+        acc = Acceptance(config, config.stash[SETTINGS_KEY])
+        config.stash[ACCEPTANCE_KEY] = acc
+    return acc
+
+
+@pytest.fixture(scope="session")
+def sskj_acceptance(pytestconfig: pytest.Config) -> Acceptance:
+    """The acceptance session object: ``serve(point)``, ``compare``, ``curve``, ``slo``, ``search``."""
+    return get_acceptance(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def sskj_site() -> SiteDefaults:
+    """Report labels of this site; ``acceptance/conftest.py`` overrides this default."""
+    return SiteDefaults()
+
+
+# -- hooks -------------------------------------------------------------------------------------------
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    settings = metafunc.config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        return
+    names = set(metafunc.fixturenames)
+    if "sskj_point" in names:
+        points = matrix.execution_order(matrix.build_points(settings), interleave=matrix.interleaves(settings))
+        metafunc.parametrize("sskj_point", points, ids=[p.id for p in points])
+    if "sskj_slo_config" in names:
+        cfgs = matrix.configs(settings)
+        metafunc.parametrize("sskj_slo_config", cfgs, ids=[c.id for c in cfgs])
+    if "sskj_comparison" in names:
+        comps: Sequence[Comparison | None] = matrix.comparisons(settings) or [None]
+        metafunc.parametrize("sskj_comparison", comps, ids=[c.id if c else "no-candidate" for c in comps])
+    if "sskj_curve" in names:
+        curves = matrix.curves(settings)
+        metafunc.parametrize("sskj_curve", curves, ids=[c.id for c in curves])
+    if "sskj_search_config" in names:
+        sc = matrix.search_configs(settings)
+        metafunc.parametrize("sskj_search_config", sc, ids=[f"{b}-chunk{c}" for b, c in sc])
+
+
+def _param_rank(item: pytest.Item) -> int:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return -1
+    for i, name in enumerate(PARAMS):
+        if name in callspec.params:
+            return i
+    return -1
+
+
+def _budget_s(settings: Settings, item: pytest.Item) -> float:
+    per_point = _POINT_BUDGET_S.get(settings.engine, _DEFAULT_POINT_BUDGET_S)
+    rank = _param_rank(item)
+    points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
+    if rank == PARAMS.index("sskj_search_config"):
+        points = 16
+    return settings.health_timeout_s * (1 if rank <= 0 else 2) + per_point * points
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        return
+    order = {id(it): i for i, it in enumerate(items)}
+    items.sort(key=lambda it: (_param_rank(it), order[id(it)]))
+    timeout_on = config.pluginmanager.hasplugin("timeout") and hasattr(signal, "SIGALRM")
+    cli_timeout = config.getoption("timeout", None) if timeout_on else None
+    xdist_on = config.pluginmanager.hasplugin("xdist")
+    for it in items:
+        if _param_rank(it) < 0:
+            continue
+        if timeout_on and it.get_closest_marker("timeout") is None:
+            if cli_timeout is None:
+                ini = float(config.getini("timeout") or 0)
+                it.add_marker(pytest.mark.timeout(max(ini, _budget_s(settings, it)), method="signal"))
+            else:
+                it.add_marker(pytest.mark.timeout(method="signal"))
+        if xdist_on and _param_rank(it) == 0:
+            point = it.callspec.params["sskj_point"]  # type: ignore[attr-defined]
+            it.add_marker(pytest.mark.xdist_group(f"sskj-{point.backend}-chunk{point.chunk}"))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    from pytest_sskj.acceptance.summary import summary_lines
+
+    if hasattr(config, "workerinput"):
+        return
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or settings.dry_run:
+        return
+    acc = config.stash.get(ACCEPTANCE_KEY, None)
+    if acc is None and not (settings.run_dir / "points").is_dir():
+        return
+    acc = acc or get_acceptance(config)
+    lines = summary_lines(
+        acc.stored_rows(), acc.stored_verdicts(), baseline=settings.baseline, run_dir=str(settings.run_dir)
+    )
+    if not lines:
+        return
+    terminalreporter.write_sep("=", "sskj acceptance summary (median of repeats)")
+    for line in lines:
+        terminalreporter.write_line(line)
+
+
+def point_param_ids(settings: Settings) -> list[str]:
+    """The ``test_serving`` ids of ``settings`` in execution order (used by the dry run and tests)."""
+    pts = matrix.execution_order(matrix.build_points(settings), interleave=matrix.interleaves(settings))
+    return [p.id for p in pts]

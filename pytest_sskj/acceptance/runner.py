@@ -1,0 +1,462 @@
+"""Run one serving point end to end and turn it into a result row.
+
+``pool.get(spec)`` -> ``server.mark()`` -> ``run_bench`` (in a worker thread while this thread watches the
+server with ``check_alive``) -> log findings since the mark -> ``check_alive`` -> the server still reports
+the spec'd configuration -> the contract's result row, written to the point store and announced with
+``pytest_sskj_point_finished``.  A crash, hang, OOM or launch failure fails that point with its category
+and a log excerpt, tears the server down, and every later point of the same server spec is reported
+``not run: server crashed at <point>`` at once instead of hanging.  The runner keeps per-session state
+(outcomes, broken specs) on its own object, which lives in ``config.stash``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from pytest_sskj.acceptance.matrix import Point
+from pytest_sskj.acceptance.store import PointStore
+from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
+from pytest_sskj.report import categories as cat
+from pytest_sskj.server.spec import EMBEDDED_SLOTS, ServerSpec, spec_from_settings
+from pytest_sskj.settings import Settings
+
+__all__ = ["BrokenSpec", "PointOutcome", "PointRunner", "config_mismatches", "current_config_problems", "finding_tag"]
+
+_SAMPLE_KEYS = ("ttft", "e2e_latency", "tpot")
+_FIXED_KEYS = (
+    "run_id",
+    "test_id",
+    "engine",
+    "backend",
+    "chunk",
+    "concurrency",
+    "repeat",
+    "isl",
+    "osl",
+    "requests",
+    "point_id",
+    "kind",
+    "spec_key",
+)
+_WATCH_INTERVAL_S = 0.5
+
+
+class _Server(Protocol):
+    spec: ServerSpec
+    urls: list[str]
+
+    def mark(self) -> Any: ...
+    def findings_since(self, mark: Any) -> list[Any]: ...
+    def check_alive(self) -> None: ...
+    def server_info(self) -> dict[str, Any] | None: ...
+
+
+class _Pool(Protocol):
+    def get(self, spec: ServerSpec) -> Any: ...
+    def stop(self, spec: ServerSpec) -> Any: ...
+
+
+BenchFn = Callable[..., Any]
+ProgressFn = Callable[[Point, int, int], None]
+
+
+@dataclass
+class BrokenSpec:
+    """A server spec that crashed, hung or could not start: later points of it are not run."""
+
+    point_id: str
+    what: str
+    """``crashed``, ``hung`` or ``failed to start``."""
+
+
+@dataclass
+class PointOutcome:
+    """The outcome of one point: its row, per-request samples, and the failure message when it failed."""
+
+    point: Point
+    row: dict[str, Any]
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    resumed: bool = False
+    message: str = ""
+    """Tagged failure message (``[crash] ...``), or the ``not run: ...`` reason."""
+
+    @property
+    def status(self) -> str:
+        return str(self.row.get("status"))
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+def finding_tag(category: str) -> str:
+    """The report category tag for a log-finding category."""
+    return {"oom": cat.OOM, "nccl": cat.NCCL, "watchdog": cat.TIMEOUT}.get(category, cat.CRASH)
+
+
+def current_config_problems(server: Any, spec: ServerSpec) -> list[str]:
+    """Ask the running server *now* what it runs and compare with ``spec`` (external servers: not checked).
+
+    SGLang/vLLM: a fresh ``/server_info`` through :func:`pytest_sskj.server.serverinfo.verify_server_info`
+    (an SGLang server that stops answering it is a problem); embedded: llama.cpp's ``/props`` slot count.
+    """
+    if getattr(server, "external", False) or not getattr(server, "urls", None):
+        return []
+    url = str(server.urls[0]).rstrip("/")
+    if spec.engine == "embedded":
+        import httpx
+
+        try:
+            r = httpx.get(url + "/props", timeout=10.0, trust_env=False)
+            props = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            return [f"{url}/props did not answer after the point ({type(exc).__name__}: {exc})"]
+        return config_mismatches(spec, props if isinstance(props, dict) else None)
+    from pytest_sskj.server.serverinfo import fetch_server_info, verify_server_info
+
+    info = fetch_server_info(url)
+    if info is None:
+        return [f"{url}/server_info did not answer after the point"] if spec.engine == "sglang" else []
+    return list(verify_server_info(spec, info))
+
+
+def config_mismatches(spec: ServerSpec, info: Mapping[str, Any] | None) -> list[str]:
+    """What ``/server_info`` (or the engine's equivalent) reports differently from ``spec``; [] if it agrees.
+
+    Only keys the engine reports are compared: SGLang's ``moe_runner_backend``, ``chunked_prefill_size``,
+    ``tp_size``, ``ep_size``, ``disable_radix_cache``; the embedded engine's slot count (``total_slots``)
+    and ``n_batch``.
+    """
+    if not info:
+        return []
+    expected: dict[str, Any] = {}
+    if spec.engine == "embedded":
+        expected["total_slots"] = EMBEDDED_SLOTS.get(spec.backend)
+        if spec.chunk is not None:
+            expected["n_batch"] = spec.chunk
+    else:
+        expected.update(moe_runner_backend=spec.backend, tp_size=spec.tp, ep_size=spec.ep)
+        if spec.chunk is not None:
+            expected["chunked_prefill_size"] = spec.chunk
+        if spec.disable_radix_cache:
+            expected["disable_radix_cache"] = True
+    out = []
+    for key, want in expected.items():
+        if want is None or key not in info:
+            continue
+        got = info[key]
+        if str(got) != str(want):
+            out.append(f"{key}={got!r} (spec'd {want!r})")
+    return out
+
+
+def _excerpt(text: str, limit: int = 1500) -> str:
+    """``text`` shortened to about ``limit`` characters: its first lines (the cause) and its last (the log tail)."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    return text[:head].rstrip() + "\n  …\n" + text[-(limit - head) :].lstrip("\n")
+
+
+def _samples_of(result: Any) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for name in _SAMPLE_KEYS:
+        try:
+            vals = result.samples(name)
+        except (AttributeError, KeyError, ValueError):
+            continue
+        out[f"{name}_ms"] = [float(v) for v in vals if v is not None]
+    return out
+
+
+class PointRunner:
+    """Runs serving points for one session; remembers outcomes and broken server specs."""
+
+    def __init__(
+        self, config: pytest.Config, settings: Settings, store: PointStore, *, progress: ProgressFn | None = None
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.store = store
+        self.progress = progress
+        self.outcomes: dict[str, PointOutcome] = {}
+        self.broken: dict[str, BrokenSpec] = {}
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def spec_for(self, point: Point) -> ServerSpec:
+        return spec_from_settings(self.settings, backend=point.backend, chunk=point.chunk)
+
+    def requests_for(self, point: Point) -> int:
+        if point.kind == "search":
+            return max(self.settings.requests, 2 * point.concurrency)
+        return self.settings.requests
+
+    def workload(self, point: Point) -> Any:
+        from pytest_sskj.bench.workload import Workload
+
+        s = self.settings
+        return Workload(
+            isl=s.isl,
+            osl=s.osl,
+            requests=self.requests_for(point),
+            concurrency=point.concurrency,
+            warmup=s.warmup,
+            seed=s.seed,
+            request_rate=s.request_rate,
+            endpoint=s.endpoint,
+            model=s.model_name if s.engine != "embedded" else None,
+        )
+
+    def base_row(self, point: Point, test_id: str, spec: ServerSpec) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "run_id": s.run_id,
+            "test_id": test_id,
+            "engine": s.engine,
+            "backend": point.backend,
+            "chunk": point.chunk,
+            "concurrency": point.concurrency,
+            "repeat": point.repeat,
+            "isl": s.isl,
+            "osl": s.osl,
+            "requests": self.requests_for(point),
+            "status": "not_run",
+            "reasons": [],
+            "findings": [],
+            "client_bound": None,
+            "point_id": point.id,
+            "kind": point.kind,
+            "spec_key": spec.key(),
+            "category": None,
+            "wall_s": None,
+        }
+
+    def _finish(self, outcome: PointOutcome) -> PointOutcome:
+        self.store.write(outcome.point.id, outcome.row, outcome.samples)
+        self.outcomes[outcome.point.id] = outcome
+        self.config.hook.pytest_sskj_point_finished(config=self.config, result=dict(outcome.row))
+        return outcome
+
+    def _fail(self, outcome: PointOutcome, category: str, message: str) -> PointOutcome:
+        outcome.row["status"] = "failed"
+        outcome.row["category"] = category
+        outcome.row["reasons"] = [message, *outcome.row["reasons"]]  # the categorized cause first
+        outcome.message = "\n".join(outcome.row["reasons"])
+        return outcome
+
+    # -- the point -------------------------------------------------------------------------------------
+    def run(self, point: Point, pool: _Pool, bench: BenchFn, *, test_id: str = "") -> PointOutcome:
+        """Run ``point`` (or return its outcome from this session, or from disk on ``--resume``)."""
+        if point.id in self.outcomes:
+            return self.outcomes[point.id]
+        if self.settings.resume:
+            found = self.store.finished(point.id)
+            if found is not None:
+                row, samples = found
+                reasons = row.get("reasons") or []
+                out = PointOutcome(point, row, samples, resumed=True, message="\n".join(map(str, reasons)))
+                self.outcomes[point.id] = out
+                return out
+        spec = self.spec_for(point)
+        outcome = PointOutcome(point, self.base_row(point, test_id, spec))
+        broken = self.broken.get(spec.key())
+        if broken is not None:
+            reason = f"not run: server {broken.what} at {broken.point_id}"
+            outcome.row["reasons"] = [reason]
+            outcome.message = reason
+            return self._finish(outcome)
+        t0 = time.perf_counter()
+        try:
+            self._measure(point, spec, pool, bench, outcome)
+        finally:
+            outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
+        return self._finish(outcome)
+
+    def _break(self, pool: _Pool, spec: ServerSpec, point: Point, what: str) -> None:
+        self.broken[spec.key()] = BrokenSpec(point.id, what)
+        try:
+            pool.stop(spec)
+        except (ServerError, OSError) as exc:  # best effort here; the pool's close() retries at session end
+            self.broken[spec.key()].what += f" (teardown failed: {exc})"
+
+    def _measure(self, point: Point, spec: ServerSpec, pool: _Pool, bench: BenchFn, outcome: PointOutcome) -> None:
+        from pytest_sskj.report import allure
+
+        row = outcome.row
+        try:
+            with allure.step(f"launch {spec.label} ({spec.nnodes} node(s)) and wait for health"):
+                server = pool.get(spec)
+        except HealthTimeout as exc:
+            self._break(pool, spec, point, "failed to start")
+            self._fail(
+                outcome, "launch", f"{cat.TIMEOUT} server {spec.label} did not become healthy: {_excerpt(str(exc))}"
+            )
+            return
+        except (ServerLaunchError, ServerConfigMismatch, ServerCrashed) as exc:
+            self._break(pool, spec, point, "failed to start")
+            self._fail(
+                outcome,
+                "launch",
+                f"{cat.CRASH} server {spec.label} failed to start ({type(exc).__name__}): {_excerpt(str(exc))}",
+            )
+            return
+        _attach_commands(server)
+        mark = server.mark()
+        out_dir = self.store.point_dir(point.id)
+        result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
+        with allure.step("log scan (every node, since the point started)"):
+            try:
+                findings = list(server.findings_since(mark))
+            except (OSError, ServerError):
+                findings = []
+        row["findings"] = [_finding_row(f) for f in findings]
+        fatal = [f for f in findings if getattr(f, "severity", "") == "fatal"]
+        if result is not None:
+            metrics = dict(getattr(result, "metrics", {}) or {})
+            fixed = {k: row[k] for k in _FIXED_KEYS}
+            row.update(metrics)
+            row["measured_concurrency"] = metrics.get("concurrency")  # the bench's is the measured mean
+            row.update(fixed)
+            row["client_bound"] = bool(getattr(result, "client_bound", False))
+            outcome.samples = _samples_of(result)
+            _attach_result(result, out_dir, outcome.samples)
+            failures = list(getattr(result, "failures", []) or [])
+            n_total = self.requests_for(point)
+            if failures or not getattr(result, "ok", False):
+                done = metrics.get("completed")
+                head = f"{done}/{n_total}" if isinstance(done, int) else f"{n_total - len(failures)}/{n_total}"
+                shown = "; ".join(str(f) for f in failures[:5]) or "the bench reported not ok"
+                more = f" (+{len(failures) - 5} more)" if len(failures) > 5 else ""
+                row["reasons"].append(f"{head} requests passed the strict oracle: {shown}{more}")
+        if crash is None and result is not None:
+            try:
+                server.check_alive()
+            except ServerCrashed as exc:
+                crash = ("crash", f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}")
+        if crash is None and fatal:
+            f0 = fatal[0]
+            crash = (
+                str(getattr(f0, "category", "crash")),
+                f"{finding_tag(str(getattr(f0, 'category', '')))} fatal log finding during {point.id}: "
+                + "; ".join(_describe(f) for f in fatal[:3])
+                + f"\n{_excerpt(str(getattr(f0, 'excerpt', '') or ''))}",
+            )
+        if crash is not None:
+            what = "hung" if crash[0] == "timeout" else "crashed"
+            self._break(pool, spec, point, what)
+            from pytest_sskj.report import allure as _al
+
+            _al.attach_text(f"log excerpt {point.id}", crash[1])
+            self._fail(outcome, crash[0], crash[1])
+            return
+        with allure.step("server still reports the spec'd configuration"):
+            bad = current_config_problems(server, spec)
+        if bad:
+            self._fail(outcome, "config", f"server no longer reports the spec'd configuration: {', '.join(bad)}")
+            return
+        if row["reasons"]:
+            self._fail(outcome, "oracle", row["reasons"].pop())
+            return
+        row["status"] = "passed"
+
+    def _bench_watched(
+        self, point: Point, spec: ServerSpec, pool: _Pool, bench: BenchFn, server: Any, out_dir: Path
+    ) -> tuple[Any | None, tuple[str, str] | None]:
+        """Run the bench in a thread; poll ``check_alive`` here.  Returns (result, (category, message))."""
+        from pytest_sskj.report import allure
+
+        box: dict[str, Any] = {}
+        n_total = self.requests_for(point)
+
+        def progress(done: int, total: int) -> None:
+            if self.progress is not None:
+                self.progress(point, done, total)
+
+        workload = self.workload(point)  # imported here, not in the thread
+
+        def work() -> None:
+            try:
+                box["result"] = bench(
+                    server.urls, workload, out_dir, repeat=point.repeat, label=point.id, progress=progress
+                )
+            except BaseException as exc:  # reported on the watching thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=work, name=f"sskj-bench-{point.id}", daemon=True)
+        crash: tuple[str, str] | None = None
+        with allure.step(f"bench: warmup {self.settings.warmup}, {n_total} requests at C={point.concurrency}"):
+            progress(0, n_total)
+            thread.start()
+            try:
+                while thread.is_alive():
+                    thread.join(_WATCH_INTERVAL_S)
+                    if not thread.is_alive():
+                        break
+                    try:
+                        server.check_alive()
+                    except ServerCrashed as exc:
+                        crash = (
+                            "crash",
+                            f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}",
+                        )
+                        break
+            except BaseException:
+                # pytest-timeout (signal method) or Ctrl-C while the server hangs: tear it down, mark it
+                self._break(pool, spec, point, "hung")
+                raise
+        if crash is not None:
+            self._break(pool, spec, point, "crashed")  # makes the in-flight requests fail fast
+            thread.join(60.0)
+        err = box.get("error")
+        if err is not None and crash is None:
+            if isinstance(err, ServerCrashed):
+                crash = ("crash", f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(err))}")
+            else:
+                try:
+                    server.check_alive()
+                except ServerCrashed as exc:
+                    crash = (
+                        "crash",
+                        f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}",
+                    )
+                else:
+                    crash = ("bench", f"the bench client failed during {point.id}: {type(err).__name__}: {err}")
+        return box.get("result"), crash
+
+
+def _describe(f: Any) -> str:
+    d = getattr(f, "describe", None)
+    return str(d()) if callable(d) else str(f)
+
+
+def _finding_row(f: Any) -> dict[str, Any]:
+    r = getattr(f, "row", None)
+    if callable(r):
+        return dict(r())
+    return {k: getattr(f, k, None) for k in ("category", "severity", "node", "line")}
+
+
+def _attach_commands(server: Any) -> None:
+    from pytest_sskj.report import allure
+
+    cmds: Sequence[Any] = getattr(server, "commands", []) or []
+    for c in cmds:
+        allure.attach_text(f"launch command {c.node} rank {c.rank}", c.shell())
+
+
+def _attach_result(result: Any, out_dir: Path, samples: Mapping[str, Sequence[float]]) -> None:
+    from pytest_sskj.report import allure
+
+    allure.attach_json("metrics", dict(getattr(result, "metrics", {}) or {}))
+    n = max((len(v) for v in samples.values()), default=0)
+    if n:
+        rows = [{k: (v[i] if i < len(v) else None) for k, v in samples.items()} for i in range(n)]
+        allure.attach_csv("per-request samples (ms)", rows)

@@ -1,0 +1,83 @@
+"""The terminal summary of an acceptance run, in the users' table format.
+
+``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | vs baseline`` with medians over the passed
+repeats (the numbers come from :func:`pytest_sskj.report.summary.summarize_points`, the same ones
+``summary.md`` shows), followed by one line per verdict (comparisons, chunk curves, SLO gates,
+searches).  Pure text: the plugin writes the lines through the terminal reporter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_sskj.report.summary import format_chunk, format_ms, summarize_points
+
+__all__ = ["HEADER", "summary_lines", "table_lines", "verdict_lines"]
+
+HEADER = ("Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline")
+
+
+def table_lines(rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list[str]:
+    """The serving table as aligned text lines (header, rule, one line per chunk/C/backend)."""
+    serve = [r for r in rows if r.get("kind", "serve") == "serve"]
+    body: list[tuple[str, ...]] = []
+    for p in summarize_points(serve, baseline):
+        tps = "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}"
+        vs = p.vs_baseline
+        if p.passed < p.repeats:
+            vs += f" ({p.passed}/{p.repeats} repeats passed)"
+        body.append(
+            (
+                format_chunk(p.chunk),
+                str(p.concurrency),
+                p.backend,
+                tps,
+                format_ms(p.ttft_p50_ms),
+                format_ms(p.ttft_p95_ms),
+                vs,
+            )
+        )
+    if not body:
+        return []
+    widths = [max(len(HEADER[i]), *(len(b[i]) for b in body)) for i in range(len(HEADER))]
+    right = {1, 3, 4, 5}
+
+    def fmt(cells: Sequence[str]) -> str:
+        return " | ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return [fmt(HEADER), "-+-".join("-" * w for w in widths), *(fmt(b).rstrip() for b in body)]
+
+
+def verdict_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``PASS comparison: parallel vs serial: +812.04 % input TPS (95 % CI …), …`` per verdict."""
+    out = []
+    for v in verdicts:
+        word = "PASS" if v.get("passed") is True else "FAIL" if v.get("passed") is False else "INFO"
+        out.append(f"{word} {v.get('kind', '?')}: {v.get('message', '')}")
+    return out
+
+
+def summary_lines(
+    rows: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[Mapping[str, Any]],
+    *,
+    baseline: str | None,
+    run_dir: str | None = None,
+) -> list[str]:
+    """Everything the terminal summary prints; ``[]`` when nothing ran."""
+    lines = table_lines(rows, baseline)
+    not_passed = [r for r in rows if r.get("status") != "passed"]
+    if not_passed:
+        lines += ["", "points that did not pass:"]
+        for r in not_passed:
+            reasons = "; ".join(str(x).splitlines()[0] for x in r.get("reasons") or []) or str(r.get("status"))
+            lines.append(f"  {r.get('point_id', r.get('test_id'))}: {r.get('status')}: {reasons}")
+    vl = verdict_lines(verdicts)
+    if vl:
+        lines += ["", *vl]
+    if lines and run_dir:
+        lines += ["", f"results: {run_dir}"]
+    return lines

@@ -1,0 +1,236 @@
+"""The async streaming HTTP client and its single timing loop (httpx, one pooled client per run).
+
+:class:`BenchClient` owns one ``httpx.AsyncClient`` whose connection pool is sized to the run's
+concurrency (never a client per request), with explicit lifecycle states (unopened -> opened ->
+closed, misuse raises), a :class:`BenchTimeouts` value object and an injectable transport for tests.
+:meth:`BenchClient.stream_request` is the one timing loop for every endpoint: it stamps ``t_send``,
+iterates the response with ``aiter_raw`` (whatever the transport read, no line splitting, no size cap:
+16K-token prompts and long streams do not choke a small buffer), stamps every read, feeds the bytes to
+:class:`~pytest_sskj.bench.sse.SSEParser`, asks the endpoint adapter what each frame means and fills a
+:class:`~pytest_sskj.bench.records.RequestRecord`.  It never raises for anything the server does:
+non-200 answers, transport errors, bad JSON, invalid UTF-8, truncated streams and error frames all end
+up as ``record.error`` for the oracle.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from time import perf_counter
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from pytest_sskj.bench.endpoints import Endpoint
+from pytest_sskj.bench.records import RequestRecord
+from pytest_sskj.bench.sse import DONE, SSEParser
+
+__all__ = ["BenchClient", "BenchTimeouts", "ClientState"]
+
+_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "text/event-stream",
+    "Accept-Encoding": "identity",  # raw bytes on the wire are the SSE bytes
+}
+_ERROR_BODY_CAP = 2000
+
+
+class ClientState(enum.Enum):
+    UNOPENED = 1
+    OPENED = 2
+    CLOSED = 3
+
+
+@dataclass(frozen=True)
+class BenchTimeouts:
+    """Seconds allowed to connect, to write a request, and between two reads of a response.
+
+    ``read_s`` bounds the silence between reads (a 16K-token prefill at high concurrency can take
+    minutes before the first byte), not the whole request.
+    """
+
+    connect_s: float = 30.0
+    write_s: float = 120.0
+    read_s: float = 1800.0
+
+    def to_httpx(self) -> httpx.Timeout:
+        return httpx.Timeout(connect=self.connect_s, write=self.write_s, read=self.read_s, pool=None)
+
+
+class BenchClient:
+    """One pooled streaming client for one benchmark run (``async with BenchClient(c) as client``)."""
+
+    def __init__(
+        self,
+        concurrency: int,
+        *,
+        timeouts: BenchTimeouts | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"BenchClient concurrency must be >= 1, got {concurrency}")
+        self.concurrency = concurrency
+        self.timeouts = timeouts or BenchTimeouts()
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self.state = ClientState.UNOPENED
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def open(self) -> BenchClient:
+        if self.state is ClientState.OPENED:
+            raise RuntimeError("BenchClient is already open")
+        if self.state is ClientState.CLOSED:
+            raise RuntimeError("Cannot reopen a BenchClient once it has been closed; create a new one")
+        limits = httpx.Limits(
+            max_connections=self.concurrency,
+            max_keepalive_connections=self.concurrency,
+            keepalive_expiry=60.0,
+        )
+        self._client = httpx.AsyncClient(
+            limits=limits, timeout=self.timeouts.to_httpx(), transport=self._transport, trust_env=False
+        )
+        self.state = ClientState.OPENED
+        return self
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self.state = ClientState.CLOSED
+
+    async def __aenter__(self) -> BenchClient:
+        return await self.open()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            state = "closed" if self.state is ClientState.CLOSED else "not opened yet"
+            raise RuntimeError(f"BenchClient is {state}: use 'async with BenchClient(...)' around requests")
+        return self._client
+
+    # --- small control requests ------------------------------------------------------------------
+    async def get_json(self, base_url: str, path: str) -> Any | None:
+        """GET ``base_url + path`` and return its JSON, or None on any error / non-200 answer."""
+        try:
+            r = await self._http().get(base_url.rstrip("/") + path, timeout=30.0)
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        try:
+            return r.json()
+        except ValueError:
+            return None
+
+    async def flush_cache(self, base_url: str) -> str:
+        """Ask the server to drop its prefix cache; returns what happened, in words.
+
+        ``"flushed"`` on 2xx, ``"unsupported (HTTP 404)"`` where the server has no such endpoint (not an
+        error: llama.cpp and vLLM have none), ``"refused (HTTP 400: ...)"`` when SGLang declines because
+        requests are still running, ``"failed: ..."`` on a transport error.
+        """
+        url = base_url.rstrip("/") + "/flush_cache"
+        try:
+            r = await self._http().post(url, timeout=60.0)
+            if r.status_code == 405:  # older SGLang: GET only
+                r = await self._http().get(url, timeout=60.0)
+        except httpx.HTTPError as exc:
+            return f"failed: {type(exc).__name__}: {exc}"
+        if 200 <= r.status_code < 300:
+            return "flushed"
+        if r.status_code == 404:
+            return "unsupported (HTTP 404)"
+        return f"refused (HTTP {r.status_code}: {r.text[:200]})"
+
+    # --- the timing loop -------------------------------------------------------------------------
+    async def stream_request(self, base_url: str, endpoint: Endpoint, body: bytes, rec: RequestRecord) -> RequestRecord:
+        """Send one streaming request and fill ``rec`` (stamps, token counts, server counts, errors)."""
+        http = self._http()
+        url = base_url.rstrip("/") + endpoint.path
+        decoder = endpoint.decoder()
+        parser = SSEParser()
+        loads = json.loads
+        times = rec.chunk_times
+        toks = rec.chunk_tokens
+        t_done: float | None = None
+        rec.t_send = perf_counter()
+        try:
+            async with http.stream("POST", url, content=body, headers=_HEADERS) as resp:
+                rec.http_status = resp.status_code
+                if resp.status_code != 200:
+                    rec.set_error(f"HTTP {resp.status_code} from {endpoint.path}: {await _capped_body(resp)}")
+                else:
+                    chunks = resp.aiter_bytes() if "content-encoding" in resp.headers else resp.aiter_raw()
+                    async for raw in chunks:
+                        now = perf_counter()
+                        events = parser.feed(raw)
+                        if parser.invalid:
+                            rec.set_error(parser.invalid[0])
+                        new = 0
+                        for ev in events:
+                            data = ev.data
+                            if data == DONE:
+                                if t_done is None:
+                                    t_done = now
+                                continue
+                            if ev.event == "error":
+                                rec.set_error(f"server error event: {data[:300]}")
+                                continue
+                            try:
+                                obj = loads(data)
+                            except ValueError:
+                                rec.set_error(f"bad JSON frame: {data[:200]!r}")
+                                continue
+                            if not isinstance(obj, dict):
+                                rec.set_error(f"frame is not a JSON object: {data[:200]!r}")
+                                continue
+                            try:
+                                info = decoder.decode(obj)
+                            except (AttributeError, TypeError, KeyError, IndexError) as exc:
+                                rec.set_error(f"malformed {endpoint.name} frame ({exc!r}): {data[:200]!r}")
+                                continue
+                            if info.tokens:
+                                new += info.tokens
+                            if info.error is not None:
+                                rec.set_error(info.error)
+                            if info.finish_reason is not None:
+                                rec.finish_reason = info.finish_reason
+                            if info.prompt_tokens is not None:
+                                rec.prompt_tokens = info.prompt_tokens
+                            if info.completion_tokens is not None:
+                                rec.completion_tokens = info.completion_tokens
+                        if new:
+                            if rec.t_first is None:
+                                rec.t_first = now
+                            times.append(now)
+                            toks.append(new)
+                    rest = parser.close()
+                    if rest:
+                        rec.set_error(f"stream ended inside a frame (truncated): {len(rest)} bytes left, {rest[:80]!r}")
+        except httpx.HTTPError as exc:
+            rec.set_error(f"{type(exc).__name__} on {endpoint.path}: {exc or 'no detail'}")
+        except OSError as exc:
+            rec.set_error(f"{type(exc).__name__} on {endpoint.path}: {exc}")
+        rec.t_end = t_done if t_done is not None else perf_counter()
+        rec.frames = parser.events
+        rec.bytes_received = parser.bytes_fed
+        rec.done_seen = parser.done
+        return rec
+
+
+async def _capped_body(resp: httpx.Response) -> str:
+    buf = b""
+    try:
+        async for b in resp.aiter_bytes():
+            buf += b
+            if len(buf) >= _ERROR_BODY_CAP:
+                break
+    except httpx.HTTPError as exc:
+        return f"{buf[:_ERROR_BODY_CAP].decode('utf-8', 'replace')} [body read failed: {exc}]"
+    return buf[:_ERROR_BODY_CAP].decode("utf-8", "replace").strip() or "(empty body)"

@@ -1,0 +1,318 @@
+"""Runs a benchmark point: cache flush, warmup, the measured phase, records, metrics, verdicts.
+
+:func:`arun_bench` (async) and :func:`run_bench` (sync wrapper) run one repeat of a :class:`Workload`
+against one or more base URLs (requests are spread round-robin): they flush the server's prefix cache
+where it offers ``/flush_cache`` (a 404 is recorded, not an error), send the warmup requests (excluded
+from metrics), then the measured ones under the concurrency limit and the optional Poisson arrival
+schedule, while :class:`~pytest_sskj.bench.saturation.SaturationMonitor` watches the client itself.
+Every finished request is judged by the oracle and appended to ``out_dir/requests.jsonl`` at once;
+the result is also written to ``out_dir/result-r<repeat>.json``.  :func:`run_repeats` runs R repeats
+(fresh prompt ids each) and returns the per-repeat results with their median and spread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+from pytest_sskj.bench.client import BenchClient, BenchTimeouts
+from pytest_sskj.bench.endpoints import Endpoint, get_endpoint
+from pytest_sskj.bench.metrics import compute_metrics
+from pytest_sskj.bench.oracle import judge
+from pytest_sskj.bench.records import RecordSink, RequestRecord
+from pytest_sskj.bench.result import BenchResult, RepeatsResult
+from pytest_sskj.bench.saturation import SaturationMonitor, SaturationThresholds
+from pytest_sskj.bench.workload import PlannedRequest, Workload, plan_requests
+
+__all__ = ["REQUESTS_FILE", "arun_bench", "run_bench", "run_repeats"]
+
+REQUESTS_FILE = "requests.jsonl"
+
+Progress = Callable[[int, int], None]
+Urls = str | Sequence[str]
+
+
+def _normalize_urls(urls: Urls) -> list[str]:
+    lst = [urls] if isinstance(urls, str) else list(urls)
+    out = [u.rstrip("/") for u in lst if u]
+    if not out:
+        raise ValueError("run_bench needs at least one base URL (e.g. http://127.0.0.1:30000)")
+    for u in out:
+        if not u.startswith(("http://", "https://")):
+            raise ValueError(f"base URL {u!r} must start with http:// or https://")
+    return out
+
+
+async def _discover_model(client: BenchClient, url: str) -> str | None:
+    data = await client.get_json(url, "/v1/models")
+    try:
+        model = data["data"][0]["id"]  # type: ignore[index]
+    except (TypeError, KeyError, IndexError):
+        return None
+    return model if isinstance(model, str) else None
+
+
+class _Point:
+    """State of one repeat while it runs (kept off the module: one object per call)."""
+
+    def __init__(
+        self,
+        client: BenchClient,
+        endpoint: Endpoint,
+        workload: Workload,
+        urls: list[str],
+        repeat: int,
+        sink: RecordSink,
+        label: str,
+        model: str | None,
+    ) -> None:
+        self.client = client
+        self.endpoint = endpoint
+        self.workload = workload
+        self.urls = urls
+        self.repeat = repeat
+        self.sink = sink
+        self.label = label
+        self.model = model
+
+    def body(self, p: PlannedRequest) -> bytes:
+        payload = self.endpoint.payload(p.prompt_ids, p.osl, model=self.model, ignore_eos=self.workload.ignore_eos)
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+    def record(self, p: PlannedRequest) -> RequestRecord:
+        return RequestRecord(
+            index=p.index,
+            warmup=p.warmup,
+            repeat=self.repeat,
+            url=self.urls[p.index % len(self.urls)],
+            endpoint=self.endpoint.name,
+            isl=p.isl,
+            osl=p.osl,
+            ignore_eos=self.workload.ignore_eos,
+            exact_prompt=self.endpoint.exact_prompt,
+        )
+
+    def finish(self, rec: RequestRecord) -> None:
+        judge(rec, exact_tokens=self.endpoint.exact_tokens)
+        self.sink.write(rec, label=self.label)
+
+    async def run_phase(
+        self,
+        planned: list[PlannedRequest],
+        *,
+        monitor: SaturationMonitor | None,
+        progress: Progress | None,
+    ) -> list[RequestRecord]:
+        """Send ``planned`` under the concurrency limit and arrival schedule; return records in plan order."""
+        bodies = [self.body(p) for p in planned]  # serialized before the clock starts
+        records = [self.record(p) for p in planned]
+        # A queue of slots, each holding the time it was freed: a waiting request knows exactly when it
+        # could have gone, which is what dispatch lag is measured against.
+        slots: asyncio.Queue[float] = asyncio.Queue()
+        for _ in range(self.workload.concurrency):
+            slots.put_nowait(0.0)
+        total = len(planned)
+        done = 0
+        t0 = perf_counter()
+
+        async def one(i: int) -> None:
+            nonlocal done
+            p, rec = planned[i], records[i]
+            target = t0 + p.arrival_s
+            delay = target - perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            freed = await slots.get()
+            try:
+                rec.t_scheduled = max(target, freed)
+                await self.client.stream_request(rec.url, self.endpoint, bodies[i], rec)
+                if monitor is not None and rec.t_send is not None:
+                    monitor.dispatched(rec.t_scheduled, rec.t_send)
+            finally:
+                slots.put_nowait(perf_counter())
+            self.finish(rec)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+
+        tasks = [asyncio.create_task(one(i)) for i in range(total)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+        return records
+
+
+async def arun_bench(
+    urls: Urls,
+    workload: Workload,
+    out_dir: Path,
+    *,
+    repeat: int = 0,
+    label: str = "",
+    progress: Progress | None = None,
+    flush_cache: bool = True,
+    client: BenchClient | None = None,
+    timeouts: BenchTimeouts | None = None,
+    thresholds: SaturationThresholds | None = None,
+) -> BenchResult:
+    """Run repeat ``repeat`` of ``workload`` against ``urls``; see the module docstring.
+
+    ``client``: an already opened :class:`BenchClient` to reuse (it is left open); by default one is
+    created for this run, sized to ``workload.concurrency``, and closed at the end.
+    """
+    url_list = _normalize_urls(urls)
+    endpoint = get_endpoint(workload.endpoint)
+    plan = plan_requests(workload, repeat)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    async with contextlib.AsyncExitStack() as stack:
+        if client is None:
+            client = await stack.enter_async_context(BenchClient(workload.concurrency, timeouts=timeouts))
+        model = workload.model
+        if model is None and endpoint.name != "generate":
+            model = await _discover_model(client, url_list[0])
+        flushes = {}
+        for u in url_list:
+            flushes[u] = await client.flush_cache(u) if flush_cache else "skipped"
+        sink = stack.enter_context(RecordSink(out_dir / REQUESTS_FILE))
+        point = _Point(client, endpoint, workload, url_list, repeat, sink, label or workload.label, model)
+        warm = [p for p in plan if p.warmup]
+        measured = [p for p in plan if not p.warmup]
+        warm_records = await point.run_phase(warm, monitor=None, progress=None) if warm else []
+        monitor = SaturationMonitor(thresholds=thresholds)
+        monitor.start()
+        try:
+            records = await point.run_phase(measured, monitor=monitor, progress=progress)
+        finally:
+            await monitor.stop()
+    client_bound, evidence = monitor.verdict()
+    metrics = compute_metrics(records, max_concurrency=workload.concurrency)
+    metrics.update(
+        {
+            "isl": workload.isl,
+            "osl": workload.osl,
+            "repeat": repeat,
+            "warmup": len(warm_records),
+            "warmup_failed": sum(1 for r in warm_records if not r.ok),
+            "request_rate": None if workload.request_rate == float("inf") else workload.request_rate,
+            "client_bound": client_bound,
+            "event_loop_lag_p99_ms": evidence["loop_lag_p99_ms"],
+            "dispatch_lag_p99_ms": evidence["dispatch_lag_p99_ms"],
+            "client_cpu_share": evidence["client_cpu_share"],
+        }
+    )
+    result = BenchResult(
+        workload=workload,
+        repeat=repeat,
+        label=label or workload.label,
+        urls=url_list,
+        out_dir=out_dir,
+        metrics=metrics,
+        records=records,
+        warmup_records=warm_records,
+        client_bound=client_bound,
+        client_evidence=evidence,
+        cache_flush=flushes,
+    )
+    _write_result(result)
+    return result
+
+
+def _write_result(result: BenchResult) -> None:
+    doc: dict[str, Any] = {
+        "label": result.label,
+        "repeat": result.repeat,
+        "urls": result.urls,
+        "workload": {k: getattr(result.workload, k) for k in result.workload.__dataclass_fields__},
+        "metrics": result.metrics,
+        "failures": result.failures,
+        "client_bound": result.client_bound,
+        "client_evidence": result.client_evidence,
+        "cache_flush": result.cache_flush,
+    }
+    doc["workload"]["avoid_ids"] = list(result.workload.avoid_ids)
+    if doc["workload"]["request_rate"] == float("inf"):
+        doc["workload"]["request_rate"] = None
+    path = result.out_dir / f"result-r{result.repeat}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_bench(
+    urls: Urls,
+    workload: Workload,
+    out_dir: Path,
+    *,
+    repeat: int = 0,
+    label: str = "",
+    progress: Progress | None = None,
+    flush_cache: bool = True,
+    timeouts: BenchTimeouts | None = None,
+    thresholds: SaturationThresholds | None = None,
+) -> BenchResult:
+    """Synchronous :func:`arun_bench` (runs its own event loop; from async code await ``arun_bench``)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("run_bench() was called inside a running event loop; use 'await arun_bench(...)'")
+    return asyncio.run(
+        arun_bench(
+            urls,
+            workload,
+            out_dir,
+            repeat=repeat,
+            label=label,
+            progress=progress,
+            flush_cache=flush_cache,
+            timeouts=timeouts,
+            thresholds=thresholds,
+        )
+    )
+
+
+def run_repeats(
+    urls: Urls,
+    workload: Workload,
+    out_dir: Path,
+    repeats: int,
+    *,
+    label: str = "",
+    progress: Callable[[int, int, int, int], None] | None = None,
+    flush_cache: bool = True,
+    timeouts: BenchTimeouts | None = None,
+) -> RepeatsResult:
+    """``repeats`` repeats of ``workload`` (fresh prompt ids each, cache flushed before each where offered).
+
+    ``progress(repeat, repeats, done, total)`` is called as requests finish.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    results = []
+    for r in range(repeats):
+        cb: Progress | None = None
+        if progress is not None:
+            cb = _bind_repeat(progress, r, repeats)
+        results.append(
+            run_bench(
+                urls, workload, out_dir, repeat=r, label=label, progress=cb, flush_cache=flush_cache, timeouts=timeouts
+            )
+        )
+    return RepeatsResult(results)
+
+
+def _bind_repeat(progress: Callable[[int, int, int, int], None], r: int, repeats: int) -> Progress:
+    def cb(done: int, total: int) -> None:
+        progress(r, repeats, done, total)
+
+    return cb

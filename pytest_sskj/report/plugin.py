@@ -1,0 +1,243 @@
+"""The reporter plugin: result files, ``summary.md``, plots, Allure extras, test outcomes, manifest facts.
+
+Imported by :mod:`pytest_sskj.plugin` at ``pytest_configure`` time; its ``pytest_configure`` builds one
+:class:`Reporter` per process and registers it.  The reporter only coordinates; the work lives in
+:mod:`~pytest_sskj.report.results` (rows and verdicts, lock-protected so xdist workers that emit
+``pytest_sskj_point_finished`` / ``pytest_sskj_verdict`` share the files), :mod:`~pytest_sskj.report.summary`,
+:mod:`~pytest_sskj.report.plots`, :mod:`~pytest_sskj.report.allure_env` and
+:mod:`~pytest_sskj.report.outcomes`.  Controller-only duties: Allure's ``environment.properties`` /
+``categories.json`` / ``executor.json`` in ``--alluredir``, ``outcomes.json``, the final summary with
+plots, and the manifest's ``report`` fact.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Generator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sskj.report import allure as sskj_allure
+from pytest_sskj.report.outcomes import MARKERS_ATTR, OutcomeRecorder
+from pytest_sskj.report.results import ResultsWriter, read_results, read_verdicts
+from pytest_sskj.report.scrub import scrub, secret_values
+from pytest_sskj.settings import Settings
+from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
+
+__all__ = ["Reporter", "regenerate"]
+
+_log = logging.getLogger(__name__)
+REPORTER = "sskj-reporter"
+
+
+def _manifest_data(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def regenerate(
+    run_dir: Path,
+    *,
+    plots: bool,
+    baseline: str | None = None,
+    backends: tuple[str, ...] = (),
+    slo: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Rewrite ``summary.md`` (and, with ``plots``, every PNG) from the files of ``run_dir``; also used by
+    ``python -m pytest_sskj report summary`` on a crashed run.  Returns what was written."""
+    from pytest_sskj.report.manifest import atomic_write_text
+    from pytest_sskj.report.summary import render_summary
+
+    results = read_results(run_dir)
+    verdicts = read_verdicts(run_dir)
+    manifest = _manifest_data(run_dir)
+    settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
+    assert isinstance(settings, dict)
+    slo = slo or tuple(str(s) for s in settings.get("slo") or ())
+    backends = backends or tuple(str(b) for b in settings.get("backends") or ())
+    written: list[Path] = []
+    if plots:
+        from pytest_sskj.report.plots import render_all
+
+        written = render_all(run_dir, results.rows, verdicts.rows, backends, slo)
+    else:
+        written = sorted((run_dir / "plots").glob("*.png"))
+    problems = [p for p in [*results.problems, *verdicts.problems] if not p.startswith("no results.jsonl")]
+    text = render_summary(
+        results.rows, verdicts.rows, manifest=manifest, baseline=baseline, plots=written, problems=problems
+    )
+    atomic_write_text(run_dir / "summary.md", text)
+    return {
+        "summary": "summary.md",
+        "rows": len(results.rows),
+        "verdicts": len(verdicts.rows),
+        "plots": [str(p.relative_to(run_dir)) for p in written],
+        "problems": problems,
+    }
+
+
+class Reporter:
+    """One per pytest process; controller-only work is skipped on xdist workers."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.is_worker = hasattr(config, "workerinput")
+        extra = [*settings.env]
+        if settings.ssh_identity is not None:
+            extra.append(("SSH_IDENTITY", str(settings.ssh_identity)))
+        self.secrets = secret_values(extra)
+        self.writer = ResultsWriter(settings.run_dir, secrets=self.secrets)
+        markers = {str(line).split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
+        markers |= {"skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings", "timeout"}
+        self.outcomes = OutcomeRecorder(settings.run_dir, settings.run_id, frozenset(markers), self.secrets)
+
+    @property
+    def alluredir(self) -> Path | None:
+        d = getattr(self.config.option, "allure_report_dir", None)
+        return Path(d) if d else None
+
+    @property
+    def enabled(self) -> bool:
+        return not self.settings.dry_run
+
+    # -- result rows and verdicts (any process) ------------------------------------------------------
+    @pytest.hookimpl
+    def pytest_sskj_point_finished(self, config: pytest.Config, result: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        row = self.writer.add_row(result)
+        sskj_allure.attach_json(
+            f"metrics {row.get('backend')} chunk {row.get('chunk')} C={row.get('concurrency')} r{row.get('repeat')}",
+            row,
+        )
+        self._summary(plots=False)
+
+    @pytest.hookimpl
+    def pytest_sskj_verdict(self, config: pytest.Config, verdict: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = self.writer.add_verdict(verdict)
+        sskj_allure.attach_json(f"verdict {clean.get('kind', '')}".strip(), clean)
+        self._attach_verdict_plot(clean)
+        self._summary(plots=False)
+
+    def _attach_verdict_plot(self, verdict: Mapping[str, Any]) -> None:
+        """Draw the plot a verdict is about into ``plots/`` and attach it to the running test."""
+        from pytest_sskj.report import plots
+
+        kind = verdict.get("kind")
+        out = self.settings.run_dir / "plots"
+        path: Path | None = None
+        try:
+            if kind == "search":
+                n = len([v for v in self.writer.verdicts() if v.get("kind") == "search"]) - 1
+                path = plots.plot_search(
+                    verdict, out / plots.search_plot_name(max(n, 0), verdict), [str(g) for g in self.settings.slo]
+                )
+            elif kind in ("chunk_curve", "comparison"):
+                rows = self.writer.rows()
+                path = (
+                    plots.plot_throughput_vs_chunk(rows, out / "throughput_vs_chunk.png")
+                    if kind == "chunk_curve"
+                    else plots.plot_ttft_vs_concurrency(rows, out / "ttft_vs_concurrency.png")
+                )
+        except Exception as exc:  # a plot must never fail the test it illustrates
+            _log.warning("pytest-sskj: could not draw the %s plot: %s", kind, exc)
+            return
+        if path is not None:
+            sskj_allure.attach_file(path)
+
+    def _summary(self, *, plots: bool) -> dict[str, Any] | None:
+        try:
+            return regenerate(
+                self.settings.run_dir,
+                plots=plots,
+                baseline=self.settings.baseline,
+                backends=self.settings.backends,
+                slo=tuple(str(g) for g in self.settings.slo),
+            )
+        except Exception as exc:  # reporting problems are reported, they do not fail tests
+            _log.warning("pytest-sskj: could not regenerate %s/summary.md: %s", self.settings.run_dir, exc)
+            return None
+
+    # -- controller only ---------------------------------------------------------------------------
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.is_worker or not self.enabled:
+            return
+        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
+        self._scrub_manifest()
+        self._write_allure_extras()
+
+    def _scrub_manifest(self) -> None:
+        """The manifest records settings such as ``ssh_identity``: redact them before anything else reads it."""
+        manifest = self.config.stash.get(MANIFEST_KEY, None)
+        if manifest is not None:
+            manifest.data = scrub(manifest.data, self.secrets)
+            manifest.write()
+
+    def _write_allure_extras(self) -> None:
+        if self.alluredir is None:
+            return
+        from pytest_sskj.report.allure_env import write_allure_extras
+
+        manifest = self.config.stash.get(MANIFEST_KEY, None)
+        data = manifest.data if manifest is not None else _manifest_data(self.settings.run_dir)
+        write_allure_extras(self.alluredir, data)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Stamp the item's marker names on its reports (workers included) for ``outcomes.json``."""
+        report = yield
+        setattr(report, MARKERS_ATTR, sorted({m.name for m in item.iter_markers()}))
+        return report
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.is_worker or not self.enabled:
+            return
+        self.outcomes.record(report)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
+        """The outermost wrapper: its second half runs after the foundation completed the manifest, so
+        ``summary.md`` shows the final status and the ``report`` fact lands in the finished manifest."""
+        try:
+            yield
+        finally:
+            if not self.is_worker and self.enabled:
+                self._finish(int(exitstatus))
+
+    def _finish(self, exitstatus: int) -> None:
+        self.outcomes.write(complete=True, exitstatus=exitstatus)
+        facts = self._summary(plots=True) or {}
+        self._write_allure_extras()  # again: GPU and engine facts arrive during the run
+        manifest = self.config.stash.get(MANIFEST_KEY, None)
+        if manifest is not None:
+            report: dict[str, Any] = {"outcomes": "outcomes.json", **facts}
+            if (self.settings.run_dir / "results.csv").is_file():
+                report.update(results_csv="results.csv", results_json="results.json")
+            if (self.settings.run_dir / "verdicts.json").is_file():
+                report["verdicts_json"] = "verdicts.json"
+            if self.alluredir is not None:
+                report["alluredir"] = str(self.alluredir)
+            manifest.data = scrub(manifest.data, self.secrets)
+            manifest.update(report=report)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or config.pluginmanager.has_plugin(REPORTER):
+        return
+    reporter = Reporter(config, settings)
+    config.stash[EXTRA_KEY]["reporter"] = reporter
+    config.pluginmanager.register(reporter, REPORTER)

@@ -1,0 +1,378 @@
+"""The server pool: one running deployment per distinct :class:`ServerSpec` per pytest session.
+
+:class:`ServerPool` owns every server process of a session (one pool per xdist worker).  ``get(spec)``
+returns the running server for ``spec`` or starts it: any server of another spec is stopped first (they
+would compete for the same GPUs), the per-node commands come from the ``pytest_sskj_server_commands``
+hook or :func:`node_commands`, each rank starts through the launcher with its log under
+``<run dir>/logs/<node>/``, rank-0 health is awaited (:mod:`~pytest_sskj.server.health`) and, for
+engines that have it (SGLang), ``/server_info`` is checked against the spec.  A spec that failed to start
+is not retried in the same session.  ``close()`` stops everything and then verifies that every launched
+PID on every node is gone; :class:`RunningServer` is what tests see (URLs, commands, logs, the log
+oracle window, liveness).  With ``--target-url`` the pool launches nothing and returns an external server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
+from pytest_sskj.report.redact import is_secret_name, redact_text
+from pytest_sskj.server.health import address_from_log, wait_healthy
+from pytest_sskj.server.launcher import Launcher, ProcessHandle
+from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
+from pytest_sskj.server.process import describe_exit, tail_lines
+from pytest_sskj.server.spec import NodeCommand, ServerSpec, node_commands
+
+__all__ = ["CloseReport", "RunningServer", "ServerPool", "free_port"]
+
+_SERVER_INFO_ENGINES = ("sglang",)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (for engines that cannot bind port 0 themselves)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_key(node: str, rank: int) -> str:
+    return f"{node}/rank{rank}"
+
+
+@dataclass(repr=False)
+class RunningServer:
+    """A healthy deployment of one spec (or an external one given by ``--target-url``)."""
+
+    spec: ServerSpec
+    urls: list[str]
+    commands: list[NodeCommand] = field(default_factory=list)
+    log_paths: dict[str, Path] = field(default_factory=dict)
+    handles: list[ProcessHandle] = field(default_factory=list)
+    oracle: LogOracle | None = None
+    startup_s: float | None = None
+    """Seconds from the first spawn to rank-0 health (``None`` for an external server)."""
+    external: bool = False
+    notes: list[str] = field(default_factory=list)
+    _info: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        where = "external" if self.external else f"{len(self.handles)} process(es)"
+        return f"RunningServer({self.spec.engine} {self.spec.label}, key {self.spec.key()}, {self.urls}, {where})"
+
+    # -- log oracle ----------------------------------------------------------------------------------
+    def mark(self) -> LogMark:
+        """The current position in every rank's log; pass it to :meth:`findings_since`."""
+        return self.oracle.mark() if self.oracle else LogMark(0)
+
+    def findings_since(self, mark: LogMark | None = None) -> list[Finding]:
+        """Signatures found in any rank's log after ``mark`` (all of them when ``mark`` is ``None``)."""
+        return self.oracle.findings_since(mark) if self.oracle else []
+
+    def log_tail(self, n: int = 30) -> dict[str, list[str]]:
+        """The last ``n`` lines of every rank's log, redacted, by ``node/rank``."""
+        secrets = self.oracle.secrets if self.oracle else ()
+        return {k: [redact_text(line, secrets) for line in tail_lines(p, n)] for k, p in self.log_paths.items()}
+
+    # -- liveness ------------------------------------------------------------------------------------
+    def check_alive(self) -> None:
+        """Raise :class:`ServerCrashed` when a rank has exited or a fatal signature is in any log."""
+        for h in self.handles:
+            code = h.poll()
+            if code is not None:
+                raise ServerCrashed(
+                    describe_exit(f"{self.spec.label}: {h.node} rank {h.rank}", code, h.log_path)
+                    + "\n  the server died while serving"
+                )
+        if self.oracle is not None:
+            self.oracle.scan()
+            fatal = self.oracle.fatal()
+            if fatal:
+                f = fatal[0]
+                raise ServerCrashed(
+                    f"{self.spec.label}: fatal log signature on {f.node} rank {f.rank} ({f.category}): {f.line}\n"
+                    f"  excerpt ({f.path}:{f.line_no}):\n" + "\n".join(f"    | {x}" for x in f.excerpt.splitlines())
+                )
+
+    def alive(self) -> bool:
+        return all(h.poll() is None for h in self.handles)
+
+    def pids(self) -> dict[str, list[int]]:
+        """Live PIDs of every rank's process tree, by ``node/rank``."""
+        return {_rank_key(h.node, h.rank): h.pids() for h in self.handles}
+
+    # -- server info ---------------------------------------------------------------------------------
+    def server_info(self) -> dict[str, Any] | None:
+        """Rank 0's ``/server_info`` for engines that have it (SGLang), else ``None``; cached once read."""
+        if self._info is None and self.spec.engine in _SERVER_INFO_ENGINES and self.urls:
+            from pytest_sskj.server.serverinfo import fetch_server_info
+
+            info = fetch_server_info(self.urls[0])
+            self._info = dict(info) if info is not None else None
+        return self._info
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-friendly summary (secrets redacted) for manifests and attachments."""
+        return {
+            "spec": self.spec.as_dict(),
+            "key": self.spec.key(),
+            "label": self.spec.label,
+            "urls": list(self.urls),
+            "external": self.external,
+            "startup_s": self.startup_s,
+            "commands": [{"node": c.node, "rank": c.rank, "command": c.shell()} for c in self.commands],
+            "logs": {k: str(v) for k, v in self.log_paths.items()},
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class CloseReport:
+    """What ``ServerPool.close()`` did: how many processes it launched and which PIDs (if any) survived."""
+
+    launched: int
+    leftover: dict[str, list[int]]
+    elapsed_s: float
+
+    @property
+    def clean(self) -> bool:
+        return not self.leftover
+
+    def line(self) -> str:
+        if self.clean:
+            return (
+                f"server pool closed in {self.elapsed_s:.2f} s: {self.launched} launched process(es), "
+                "every PID on every node is gone"
+            )
+        left = "; ".join(f"{k}: {v}" for k, v in self.leftover.items())
+        return f"server pool closed, but processes are STILL RUNNING: {left}; stop them by PID"
+
+
+CommandsFor = Callable[[ServerSpec], "list[NodeCommand] | None"]
+
+
+class ServerPool:
+    """Starts, shares and stops the servers of one session (one pool per xdist worker)."""
+
+    def __init__(
+        self,
+        *,
+        log_dir: Path,
+        launcher: Launcher | Callable[[], Launcher] | None = None,
+        health_timeout_s: float = 60.0,
+        stop_timeout_s: float = 15.0,
+        target_url: str | None = None,
+        model_cache_dir: Path | None = None,
+        commands_for: CommandsFor | None = None,
+        verify_server_info: bool = True,
+        name_tag: str = "",
+    ) -> None:
+        self.log_dir = log_dir
+        self._launcher_arg = launcher
+        self._launcher: Launcher | None = None
+        self.health_timeout_s = health_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.target_url = target_url.rstrip("/") if target_url else None
+        self.model_cache_dir = model_cache_dir or log_dir / ".models"
+        self.commands_for = commands_for
+        self.verify = verify_server_info
+        self.name_tag = name_tag
+        """Part of every log file name (the xdist worker id), so workers never share a log."""
+        self.running: dict[ServerSpec, RunningServer] = {}
+        self.failed: dict[ServerSpec, ServerError] = {}
+        self.launched: list[ProcessHandle] = []
+        self.starts: dict[str, int] = {}
+        self.closed = False
+        self.close_report: CloseReport | None = None
+
+    # -- launcher ------------------------------------------------------------------------------------
+    @property
+    def launcher(self) -> Launcher:
+        if self._launcher is None:
+            arg = self._launcher_arg
+            if arg is None:
+                from pytest_sskj.server.local import LocalLauncher
+
+                self._launcher = LocalLauncher()
+            elif isinstance(arg, type) or not isinstance(arg, Launcher):
+                self._launcher = arg()  # a factory (class or function)
+            else:
+                self._launcher = arg
+        return self._launcher
+
+    # -- the public API ------------------------------------------------------------------------------
+    def get(self, spec: ServerSpec) -> RunningServer:
+        """The running server for ``spec``: reused, or started (stopping any other spec's server first)."""
+        if self.closed:
+            raise ServerLaunchError("the server pool is closed (session teardown or SIGTERM); nothing is launched")
+        if self.target_url is not None:
+            return self._external(spec)
+        running = self.running.get(spec)
+        if running is not None:
+            broken = []
+            if running.oracle is not None:
+                running.oracle.scan()
+                broken = running.oracle.fatal()
+            if running.alive() and not broken:
+                return running
+            self.stop(spec)  # it died, or logged a fatal signature, between tests: start a fresh one
+        if spec in self.failed:
+            err = self.failed[spec]
+            raise type(err)(f"{err}\n  (this spec already failed to start earlier in this session; not retried)")
+        for other in [s for s in self.running if s != spec]:
+            self.stop(other)
+        try:
+            server = self._start(spec)
+        except ServerError as exc:
+            self.failed[spec] = exc
+            raise
+        self.running[spec] = server
+        return server
+
+    def stop(self, spec: ServerSpec) -> None:
+        """Stop the server of ``spec`` (every rank's whole process tree); a no-op when it is not running."""
+        server = self.running.pop(spec, None)
+        if server is None:
+            return
+        self._terminate(server.handles)
+        if server.oracle is not None:
+            server.oracle.scan(final=True)
+
+    def close(self) -> CloseReport:
+        """Stop every server, close the launcher and verify that every launched PID on every node is gone."""
+        if self.close_report is not None:
+            return self.close_report
+        self.closed = True
+        t0 = time.perf_counter()
+        for spec in list(self.running):
+            self.stop(spec)
+        self._terminate(self.launched)  # anything left from a failed start
+        leftover = {_rank_key(h.node, h.rank): pids for h in self.launched if (pids := h.pids())}
+        if self._launcher is not None:
+            self._launcher.close()
+        self.close_report = CloseReport(len(self.launched), leftover, time.perf_counter() - t0)
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            name = f"pool-teardown-{self.name_tag}.json" if self.name_tag else "pool-teardown.json"
+            (self.log_dir / name).write_text(
+                json.dumps(
+                    {
+                        "launched": self.close_report.launched,
+                        "leftover": leftover,
+                        "clean": self.close_report.clean,
+                        "elapsed_s": round(self.close_report.elapsed_s, 3),
+                    },
+                    indent=2,
+                )
+            )
+        except OSError:
+            pass
+        return self.close_report
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _external(self, spec: ServerSpec) -> RunningServer:
+        running = self.running.get(spec)
+        if running is None:
+            assert self.target_url is not None
+            running = RunningServer(
+                spec=spec,
+                urls=[self.target_url],
+                external=True,
+                notes=[f"external server {self.target_url} (--target-url): nothing launched"],
+            )
+            self.running[spec] = running
+        return running
+
+    def _terminate(self, handles: Sequence[ProcessHandle]) -> None:
+        # ranks >= 1 first: SGLang rank 0 then sees no half-dead peers answering its collectives
+        for h in sorted(handles, key=lambda h: -h.rank):
+            if h.pids() or h.poll() is None:
+                h.terminate(self.stop_timeout_s)
+
+    def _effective(self, spec: ServerSpec) -> ServerSpec:
+        if spec.engine == "embedded" and not spec.model_path:
+            from pytest_sskj.server.embedded import ensure_tiny_model
+
+            spec = spec.with_(model_path=str(ensure_tiny_model(self.model_cache_dir)))
+        elif spec.engine != "embedded" and spec.port == 0 and not spec.nodes:
+            spec = spec.with_(port=free_port())
+        return spec
+
+    def _commands(self, spec: ServerSpec) -> list[NodeCommand]:
+        cmds = self.commands_for(spec) if self.commands_for is not None else None
+        return list(cmds) if cmds else node_commands(spec)
+
+    def _url(self, cmd: NodeCommand, log_path: Path, offset: int) -> str | Callable[[], str | None]:
+        if cmd.port == 0:
+            return lambda: address_from_log(log_path, offset)
+        host = "127.0.0.1" if cmd.node in ("local", "localhost") else cmd.node
+        return f"http://{host}:{cmd.port}"
+
+    def _start(self, spec: ServerSpec) -> RunningServer:
+        eff = self._effective(spec)
+        cmds = self._commands(eff)
+        n = self.starts[spec.key()] = self.starts.get(spec.key(), 0) + 1
+        secrets = tuple(v for k, v in eff.env if is_secret_name(k) and v)
+        oracle = LogOracle(eff.engine, secrets=secrets)
+        server = RunningServer(spec=spec, urls=[], commands=cmds, oracle=oracle)
+        urls: list[str | Callable[[], str | None]] = []
+        t0 = time.perf_counter()
+        try:
+            for cmd in cmds:
+                tag = f"-{self.name_tag}" if self.name_tag else ""
+                name = f"{eff.engine}-{spec.label}-{spec.key()}{tag}-rank{cmd.rank}" + (f"-{n}" if n > 1 else "")
+                log_path = self.log_dir / cmd.node / f"{name}.log"
+                handle = self.launcher.start(cmd, log_path)
+                self.launched.append(handle)
+                server.handles.append(handle)
+                server.log_paths[_rank_key(cmd.node, cmd.rank)] = handle.log_path
+                offset = int(getattr(handle, "log_offset", 0))
+                oracle.add(handle.log_path, cmd.node, cmd.rank, offset=offset)
+                if cmd.serves_http:
+                    urls.append(self._url(cmd, handle.log_path, offset))
+            report = wait_healthy(
+                eff.engine,
+                server.handles,
+                urls,
+                timeout_s=self.health_timeout_s,
+                oracle=oracle,
+                label=f"{eff.engine} server {spec.label}",
+            )
+            server.urls = list(report.urls)
+            server.startup_s = time.perf_counter() - t0
+            missing = oracle.missing_markers()
+            if missing and eff.engine != "embedded":
+                server.notes.append(f"healthy-start markers not seen yet: {missing}")
+            if self.verify and eff.engine in _SERVER_INFO_ENGINES:
+                self._verify_info(eff, server)
+        except BaseException:
+            self._terminate(server.handles)
+            raise
+        return server
+
+    def _verify_info(self, spec: ServerSpec, server: RunningServer) -> None:
+        try:
+            from pytest_sskj.server.serverinfo import verify_server_info
+        except ModuleNotFoundError as exc:
+            if exc.name != "pytest_sskj.server.serverinfo":
+                raise
+            server.notes.append("/server_info not verified: pytest_sskj.server.serverinfo is not installed")
+            return
+        info = server.server_info()
+        if info is None:
+            raise ServerConfigMismatch(
+                f"{spec.label}: {server.urls[0]}/server_info returned nothing; cannot "
+                "verify the effective backend, chunk size and parallel sizes"
+            )
+        problems = verify_server_info(spec, info)
+        if problems:
+            raise ServerConfigMismatch(
+                f"{spec.label}: the running server's /server_info disagrees with the spec that was launched:\n"
+                + "\n".join(f"  - {p}" for p in problems)
+                + "\n  Hint: check --sskj-server-arg / the profile for flags that override the spec"
+            )

@@ -1,0 +1,624 @@
+"""The ``ssh`` launcher: one rank (or replica) per node over the OpenSSH client, torn down as whole remote trees.
+
+:class:`SshLauncher` implements :class:`~pytest_sskj.server.launcher.Launcher`.  ``start`` opens one
+``ssh -T node sh -s`` per rank and feeds it a bootstrap script on stdin: the script exports the
+node's environment (so values never appear in any argv, process listing or log), creates a private
+remote state directory, starts the command with ``setsid`` (its own session; PID = PGID = SID recorded
+in ``<state>/pid``), sends its output to ``<state>/out.log`` and streams that file back with
+``tail -F`` over the same connection.  A local reader thread writes the stream, secrets redacted, to
+the handle's log file (``<run dir>/logs/<node>/rank<r>.log``), so a dropped connection never kills the
+server and the remote log survives for post-mortems.  :class:`SshProcess` (the
+:class:`~pytest_sskj.server.launcher.ProcessHandle`) answers ``poll`` from the ssh exit status (the
+remote exit code, signals as negative numbers), ``pids`` by querying the remote session and its
+descendants, and ``terminate`` by SIGTERM -> wait -> SIGKILL of that whole remote tree, verified empty.
+Connection settings (user, port, identity, ``-o`` options, an ssh_config file for host aliases like
+``601``) come from :class:`~pytest_sskj.settings.Settings` via :meth:`SshLauncher.from_settings`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets as _secrets
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pytest_sskj.errors import LauncherError
+from pytest_sskj.report.redact import is_secret_name, redact_argv, redact_text
+from pytest_sskj.server.launcher import CommandResult
+from pytest_sskj.server.spec import NodeCommand
+
+__all__ = [
+    "RemoteState",
+    "SshLauncher",
+    "SshOptions",
+    "SshProcess",
+    "bootstrap_script",
+    "rank_log_path",
+    "ssh_options_from_settings",
+]
+
+_BANNER = re.compile(rb"^\[sskj\] node=\S+ rank=\d+ pid=(\d+) started")
+_CLOSING = re.compile(rb"^\[sskj\] node=\S+ rank=\d+ pid=\d+ exited with status (\d+)")
+_OWN_LINE = re.compile(rb"^\[sskj\] node=\S+ rank=\d+ ")
+_MAX_RESUMES = 20
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SSH_FAILED = 255
+
+# Remote shell fragment: every PID of the session started by the rank (SID = $pid) plus every descendant
+# of those processes (a child that called setsid itself is still found through its parent).
+_TREE_FN = r"""
+tree() {
+  ps -e -o pid= -o ppid= -o sid= 2>/dev/null | awk -v s="$1" '
+    { p[NR] = $1; pp[NR] = $2; sd[NR] = $3 }
+    END {
+      for (i = 1; i <= NR; i++) if (sd[i] == s) t[p[i]] = 1
+      do { ch = 0; for (i = 1; i <= NR; i++) if (!(p[i] in t) && (pp[i] in t)) { t[p[i]] = 1; ch = 1 } } while (ch)
+      for (k in t) print k
+    }'
+}
+"""
+
+
+def rank_log_path(run_dir: Path, cmd: NodeCommand) -> Path:
+    """Where a rank's log is collected: ``<run dir>/logs/<node>/rank<r>.log``."""
+    return run_dir / "logs" / cmd.node / f"rank{cmd.rank}.log"
+
+
+def _exit_code(rc: int) -> int:
+    """A shell exit status as a Popen-style code: 128+N (killed by signal N) becomes -N."""
+    return -(rc - 128) if 128 < rc < 128 + 65 else rc
+
+
+def bootstrap_script(cmd: NodeCommand, state_dir: str, *, banner_argv: Sequence[str] | None = None) -> str:
+    """The POSIX sh script fed to ``ssh node sh -s`` that starts ``cmd`` in its own session on the node.
+
+    Environment values are ``export``-ed inside the script (never on a command line); ``$state_dir``
+    receives ``pid``, ``out.log`` and, once the command has exited, ``rc``.  The script's own output
+    is a banner, the streamed log and a closing line; its exit status is the command's.
+    """
+    lines = [
+        "set -u",
+        f"d={shlex.quote(state_dir)}",
+        'mkdir -p -m 700 "$d" || { echo "[sskj] cannot create $d on $(hostname)" >&2; exit 97; }',
+        'rm -f "$d/rc" "$d/pid"',
+        ': > "$d/out.log"',
+    ]
+    for name, value in cmd.env:
+        if not _ENV_NAME.match(name):
+            raise LauncherError(
+                f"environment name {name!r} of node {cmd.node} is not a shell identifier; "
+                "use NAME=VALUE with letters, digits and underscores"
+            )
+        lines.append(f"export {name}={shlex.quote(value)}")
+    lines.append("export PYTHONUNBUFFERED=${PYTHONUNBUFFERED:-1}")
+    shown = shlex.join(redact_argv(banner_argv if banner_argv is not None else cmd.argv))
+    lines += [
+        f'setsid {shlex.join(cmd.argv)} </dev/null >>"$d/out.log" 2>&1 &',
+        "pid=$!",
+        'echo "$pid" > "$d/pid"',
+        "trap '' HUP PIPE",  # a dropped connection must not stop this script from recording the exit status
+        # one line whatever the argv holds (a -c program with newlines): the stream offset counts log bytes only
+        f"printf '%s\\n' {shlex.quote(f'[sskj] node={cmd.node} rank={cmd.rank} pid=')}\"$pid\"' started on '"
+        f'"$(hostname)"{shlex.quote(": " + shown.replace(chr(10), chr(92) + "n"))}',
+        'tail -n +1 -s 0.2 -F --pid="$pid" "$d/out.log" 2>/dev/null &',
+        "tp=$!",
+        'wait "$pid"',
+        "rc=$?",
+        'echo "$rc" > "$d/rc"',
+        'wait "$tp"',
+        f'echo "[sskj] node={cmd.node} rank={cmd.rank} pid=$pid exited with status $rc"',
+        'exit "$rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class RemoteState:
+    """What a rank's remote state directory says: its PID, exit status (once exited) and liveness."""
+
+    pid: int | None
+    rc: int | None
+    alive: bool
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach the nodes: the pieces of every ``ssh`` command line."""
+
+    user: str | None = None
+    port: int | None = None
+    """``None``: whatever ssh_config (or 22) says."""
+    identity: Path | None = None
+    options: tuple[str, ...] = ()
+    """Extra ``-o`` options, e.g. ``StrictHostKeyChecking=accept-new``."""
+    config_file: Path | None = None
+    """An ssh_config (``ssh -F``) that maps node names such as ``601`` to addresses, keys and users."""
+    connect_timeout_s: float = 10.0
+    ssh: str = "ssh"
+
+    def argv(self, node: str, *remote: str) -> list[str]:
+        """``ssh [options] node [remote command]`` (no pty, batch mode, keep-alives)."""
+        argv = [
+            self.ssh,
+            "-T",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ConnectTimeout={max(1, round(self.connect_timeout_s))}",
+            "-o",
+            "ServerAliveInterval=5",
+            "-o",
+            "ServerAliveCountMax=6",
+        ]
+        if self.config_file is not None:
+            argv += ["-F", str(self.config_file)]
+        if self.user:
+            argv += ["-l", self.user]
+        if self.port is not None:
+            argv += ["-p", str(self.port)]
+        if self.identity is not None:
+            argv += ["-i", str(self.identity), "-o", "IdentitiesOnly=yes"]
+        for opt in self.options:
+            argv += ["-o", opt]
+        return [*argv, "--", node, *remote]
+
+
+class SshProcess:
+    """A :class:`~pytest_sskj.server.launcher.ProcessHandle` for one rank on a remote node."""
+
+    def __init__(
+        self,
+        launcher: SshLauncher,
+        cmd: NodeCommand,
+        log_path: Path,
+        state_dir: str,
+        proc: subprocess.Popen[bytes],
+        secret_values: tuple[str, ...],
+    ) -> None:
+        self.node = cmd.node
+        self.rank = cmd.rank
+        self.command = cmd
+        self.log_path = log_path
+        self.state_dir = state_dir
+        self.remote_pid: int | None = None
+        self._launcher = launcher
+        self._proc = proc
+        self._secrets = secret_values
+        self._started = threading.Event()
+        self._lock = threading.Lock()
+        self._rc: int | None = None
+        self._closing_rc: int | None = None
+        self._log_bytes = 0
+        """Bytes of the remote ``out.log`` received so far (where a resumed stream continues)."""
+        self.resumes = 0
+        """How often the log stream was reconnected after the ssh connection was lost."""
+        self.terminated = False
+        """``True`` once :meth:`terminate` verified that nothing of the tree is left."""
+        self._pumps = self._start_pumps(proc)
+
+    # -- log streaming ---------------------------------------------------------------------------------
+    def _start_pumps(self, proc: subprocess.Popen[bytes]) -> list[threading.Thread]:
+        name = f"sskj-ssh-log-{self.node}-r{self.rank}"
+        pumps = [threading.Thread(target=self._copy, args=(proc,), name=name, daemon=True)]
+        if proc.stderr is not None:
+            pumps.append(threading.Thread(target=self._copy_stderr, args=(proc,), name=name + "-err", daemon=True))
+        for t in pumps:
+            t.start()
+        return pumps
+
+    def _write(self, data: bytes) -> None:
+        text = redact_text(data.decode("utf-8", errors="replace"), self._secrets)
+        with self._lock, self.log_path.open("ab") as out:
+            out.write(text.encode())
+
+    def _copy(self, proc: subprocess.Popen[bytes]) -> None:
+        """Copy the remote stream line by line into the local log, secrets redacted, flushing every line."""
+        assert proc.stdout is not None
+        for raw in iter(proc.stdout.readline, b""):
+            if _OWN_LINE.match(raw):
+                m = _BANNER.match(raw)
+                if m and self.remote_pid is None:
+                    self.remote_pid = int(m.group(1))
+                    self._started.set()
+                c = _CLOSING.match(raw)
+                if c:
+                    self._closing_rc = int(c.group(1))
+            else:
+                self._log_bytes += len(raw)
+            self._write(raw)
+        proc.stdout.close()
+        self._started.set()
+
+    def _copy_stderr(self, proc: subprocess.Popen[bytes]) -> None:
+        """ssh's own messages (connection errors), marked as such, into the same log."""
+        assert proc.stderr is not None
+        for raw in iter(proc.stderr.readline, b""):
+            self._write(b"[ssh " + self.node.encode() + b"] " + raw)
+        proc.stderr.close()
+
+    def _join_pumps(self, timeout_s: float) -> None:
+        for t in self._pumps:
+            t.join(timeout=timeout_s)
+
+    def _resume(self) -> None:
+        """Reconnect the log stream from where it stopped; its exit status is the rank's, as recorded remotely."""
+        self.resumes += 1
+        d = shlex.quote(self.state_dir)
+        tag = f"[sskj] node={self.node} rank={self.rank}"
+        script = f"""d={d}
+pid=$(cat "$d/pid") || exit 255
+echo "{tag} stream resumed at byte {self._log_bytes} after a lost connection"
+tail -c +{self._log_bytes + 1} -s 0.2 -F --pid="$pid" "$d/out.log" 2>/dev/null
+i=0; while [ ! -s "$d/rc" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+rc=$(cat "$d/rc" 2>/dev/null) || rc=255
+echo "{tag} pid=$pid exited with status $rc"
+exit "$rc"
+"""
+        self._join_pumps(2.0)
+        proc = self._launcher._popen_shell(self.node)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(script.encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        self._proc = proc
+        self._pumps = self._start_pumps(proc)
+
+    def wait_started(self, timeout_s: float) -> None:
+        """Block until the remote side reported the rank's PID; raise :class:`LauncherError` if it did not."""
+        self._started.wait(timeout_s)
+        if self.remote_pid is not None:
+            return
+        try:
+            rc = self._proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self._join_pumps(2.0)
+        from pytest_sskj.server.process import tail_lines
+
+        tail = "\n".join(f"    | {line}" for line in tail_lines(self.log_path, 10)) or "    | (nothing)"
+        self._kill_local()
+        probe = shlex.join(redact_argv(self._launcher.ssh.argv(self.node, "true")))
+        hint = (
+            f"check that `{probe}` works without a password prompt "
+            "(--sskj-ssh-user, --sskj-ssh-identity, --sskj-ssh-option, --sskj-ssh-config)"
+        )
+        what = "did not report the rank's PID" if rc is None else f"ended with exit status {rc}"
+        raise LauncherError(
+            f"ssh launch of rank {self.rank} on node {self.node} {what} within {timeout_s:g} s; {hint}\n"
+            f"  ssh output ({self.log_path}):\n{tail}"
+        )
+
+    # -- ProcessHandle -----------------------------------------------------------------------------------
+    def poll(self) -> int | None:
+        """The rank's exit code (negative: killed by that signal) once it has exited, else ``None``.
+
+        The code comes from the wrapper's closing line.  When the stream ended without it (the ssh
+        connection was lost), the remote state decides: the recorded exit status if there is one; while
+        the rank still runs the log stream is reconnected (resuming at the last byte) and ``None`` returned.
+        """
+        if self._rc is not None:
+            return self._rc
+        rc = self._proc.poll()
+        if rc is None:
+            return None
+        self._join_pumps(2.0)
+        if self._closing_rc is not None:
+            self._rc = _exit_code(self._closing_rc)
+            return self._rc
+        state = self._launcher.remote_state(self.node, self.state_dir)
+        if state.rc is not None:
+            self._rc = _exit_code(state.rc)
+            return self._rc
+        if state.alive:
+            if self.resumes < _MAX_RESUMES:
+                self._resume()
+            return None
+        self._rc = _exit_code(rc)
+        return self._rc
+
+    def pids(self) -> list[int]:
+        """PIDs of the rank's live remote tree (its session plus descendants), queried on the node."""
+        res = self._launcher.shell(
+            self.node, _TREE_FN + f'pid=$(cat {shlex.quote(self.state_dir)}/pid 2>/dev/null) || exit 0\ntree "$pid"\n'
+        )
+        if res.returncode != 0:
+            raise LauncherError(
+                f"could not list the processes of rank {self.rank} on {self.node}: "
+                f"ssh exit {res.returncode}: {res.stderr.strip()[-300:]}"
+            )
+        return sorted(int(p) for p in res.stdout.split() if p.isdigit())
+
+    def terminate(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM every process of the remote tree, wait ``timeout_s``, SIGKILL survivors, verify none is left.
+
+        Raises :class:`LauncherError` naming the survivors when the tree cannot be emptied.
+        """
+        script = (
+            _TREE_FN
+            + f"""
+d={shlex.quote(self.state_dir)}
+pid=$(cat "$d/pid" 2>/dev/null) || {{ echo "left:"; exit 0; }}
+t=$(tree "$pid"); [ -n "$t" ] && kill -TERM $t 2>/dev/null
+i=0; n={max(1, int(timeout_s * 10))}
+while [ -n "$(tree "$pid")" ] && [ $i -lt $n ]; do sleep 0.1; i=$((i + 1)); done
+t=$(tree "$pid"); [ -n "$t" ] && kill -KILL $t 2>/dev/null
+i=0; while [ -n "$(tree "$pid")" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+echo "left:" $(tree "$pid")
+"""
+        )
+        res = self._launcher.shell(self.node, script, timeout_s=timeout_s + 30.0)
+        left = res.stdout.split("left:")[-1].split() if "left:" in res.stdout else None
+        try:
+            self._proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            self._kill_local()
+        self._join_pumps(5.0)
+        if left is None:
+            raise LauncherError(
+                f"could not stop rank {self.rank} on {self.node}: ssh exit {res.returncode}: "
+                f"{res.stderr.strip()[-300:]}; processes may be left (state {self.state_dir})"
+            )
+        if left:
+            raise LauncherError(
+                f"rank {self.rank} on {self.node}: processes {' '.join(left)} survived SIGKILL "
+                "(uninterruptible sleep? a stuck GPU driver call?); check the node by hand"
+            )
+        self.terminated = True
+        return self.poll()
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    def _kill_local(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self._proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:  # pragma: no cover - ssh in uninterruptible sleep
+                pass
+
+    def __repr__(self) -> str:
+        return f"SshProcess(node={self.node!r}, rank={self.rank}, remote_pid={self.remote_pid}, log={self.log_path})"
+
+
+class SshLauncher:
+    """Starts node commands over OpenSSH, one ``ssh`` connection per rank; runs short queries on nodes."""
+
+    kind = "ssh"
+
+    def __init__(
+        self,
+        *,
+        ssh: SshOptions | None = None,
+        remote_root: str = "/tmp",
+        secrets: Iterable[str] = (),
+        start_timeout_s: float | None = None,
+        settings: Any = None,
+        **options: Any,
+    ) -> None:
+        if settings is not None and ssh is None:
+            ssh = ssh_options_from_settings(settings)
+        if ssh is None:
+            ssh = SshOptions(**{k: v for k, v in options.items() if k in SshOptions.__dataclass_fields__})
+        self.ssh = ssh
+        self.token = f"sskj-{time.strftime('%Y%m%d-%H%M%S')}-{_secrets.token_hex(3)}"
+        self.remote_root = remote_root.rstrip("/") or "/tmp"
+        self.secrets = tuple(secrets)
+        self.start_timeout_s = start_timeout_s if start_timeout_s is not None else ssh.connect_timeout_s + 20.0
+        self.started: list[SshProcess] = []
+
+    @classmethod
+    def from_settings(cls, settings: Any, **kw: Any) -> SshLauncher:
+        return cls(ssh=ssh_options_from_settings(settings), **kw)
+
+    # -- Launcher ------------------------------------------------------------------------------------------
+    def start(self, cmd: NodeCommand, log_path: Path) -> SshProcess:
+        """Start ``cmd`` on ``cmd.node`` in its own remote session; stream its output into ``log_path``.
+
+        Returns once the node reported the rank's PID; raises :class:`LauncherError` (with ssh's own
+        message and a hint) when the node cannot be reached or the bootstrap fails.
+        """
+        return self.start_many([(cmd, log_path)])[0]
+
+    def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> list[SshProcess]:
+        """Start several commands at once (one ssh each, connections opened in parallel), in order.
+
+        If any of them fails to start, the ones that did start are terminated and the first failure raised.
+        """
+        handles = [self._spawn(cmd, log_path) for cmd, log_path in items]
+        errors: list[LauncherError] = []
+        for h in handles:
+            try:
+                h.wait_started(self.start_timeout_s)
+            except LauncherError as exc:
+                errors.append(exc)
+        self.started.extend(h for h in handles if h.remote_pid is not None)
+        if errors:
+            self.stop_all([h for h in handles if h.remote_pid is not None], 5.0)
+            raise errors[0]
+        return handles
+
+    def stop_all(self, handles: Sequence[SshProcess], timeout_s: float = 10.0) -> list[int | None]:
+        """Terminate several ranks concurrently (one thread each); exit codes in ``handles`` order.
+
+        Every handle is attempted; the first :class:`LauncherError` is raised after all have been tried.
+        """
+
+        def stop(h: SshProcess) -> int | LauncherError | None:
+            try:
+                return h.terminate(timeout_s)
+            except LauncherError as exc:
+                return exc
+
+        results = _parallel(stop, handles)
+        for r in results:
+            if isinstance(r, LauncherError):
+                raise r
+        return [r for r in results if not isinstance(r, LauncherError)]
+
+    def _spawn(self, cmd: NodeCommand, log_path: Path) -> SshProcess:
+        state = f"{self.remote_root}/{self.token}/{_safe(cmd.node)}-rank{cmd.rank}"
+        secret_values = (*self.secrets, *(v for k, v in cmd.env if is_secret_name(k) and v))
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        proc = self._popen_shell(cmd.node)
+        handle = SshProcess(self, cmd, log_path, state, proc, secret_values)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(bootstrap_script(cmd, state).encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # ssh already gave up; wait_started reports why
+        return handle
+
+    def _popen_shell(self, node: str) -> subprocess.Popen[bytes]:
+        """``ssh node sh -s`` in its own local session, script to be written on stdin, output piped."""
+        try:
+            return subprocess.Popen(
+                self.ssh.argv(node, "sh", "-s"),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise LauncherError(
+                f"could not run {self.ssh.ssh!r} for node {node}: {exc}; "
+                "install the OpenSSH client (apt-get install openssh-client)"
+            ) from exc
+
+    def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
+        """Run ``argv`` on ``node`` (as one shell-quoted command line) and wait for it."""
+        return self._call(self.ssh.argv(node, shlex.join(argv)), node, None, timeout_s)
+
+    def shell(self, node: str, script: str, timeout_s: float = 30.0) -> CommandResult:
+        """Run a POSIX sh ``script`` on ``node``, fed on stdin (nothing of it appears in a process listing)."""
+        return self._call(self.ssh.argv(node, "sh", "-s"), node, script, timeout_s)
+
+    def close(self) -> None:
+        """Remove this launcher's remote state directories of ranks that have exited (logs are local)."""
+        by_node: dict[str, list[str]] = {}
+        for h in self.started:
+            if h.terminated or h._proc.poll() not in (None, _SSH_FAILED):
+                by_node.setdefault(h.node, []).append(h.state_dir)
+        root = shlex.quote(self.remote_root + "/" + self.token)
+        _parallel(
+            lambda item: self.shell(
+                item[0],
+                "rm -rf " + " ".join(shlex.quote(d) for d in item[1]) + f"\nrmdir {root} 2>/dev/null; exit 0\n",
+                15.0,
+            ),
+            list(by_node.items()),
+        )
+
+    # -- queries -------------------------------------------------------------------------------------------
+    def address(self, node: str) -> str:
+        """The address ssh connects to for ``node`` (``HostName`` of ssh_config), for URLs and dist-init."""
+        res = self._call([*self.ssh.argv(node)[:-2], "-G", node], node, None, 10.0)
+        for line in res.stdout.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "hostname" and value.strip():
+                return value.strip()
+        return node
+
+    def urls(self, commands: Iterable[NodeCommand]) -> list[str]:
+        """Base URLs of the HTTP-serving commands (rank 0, or every replica), hosts resolved by :meth:`address`.
+
+        Node names like ``601`` are ssh aliases, not resolvable host names; the URL carries the address
+        ssh connects to, so the bench client can reach every replica.
+        """
+        cache: dict[str, str] = {}
+        out = []
+        for c in commands:
+            if c.serves_http:
+                host = cache.setdefault(c.node, self.address(c.node))
+                out.append(f"http://{'[' + host + ']' if ':' in host else host}:{c.port}")
+        return out
+
+    def remote_state(self, node: str, state_dir: str) -> RemoteState:
+        """PID, recorded exit status and liveness of a rank, read from its remote state directory."""
+        d = shlex.quote(state_dir)
+        res = self.shell(
+            node,
+            f'echo "pid=$(cat {d}/pid 2>/dev/null)"\necho "rc=$(cat {d}/rc 2>/dev/null)"\n'
+            f'p=$(cat {d}/pid 2>/dev/null) && kill -0 "$p" 2>/dev/null && echo alive=1\n',
+            15.0,
+        )
+        vals: dict[str, int] = {}
+        for line in res.stdout.splitlines():
+            k, _, v = line.partition("=")
+            if k in ("pid", "rc", "alive") and v.strip().lstrip("-").isdigit():
+                vals[k] = int(v)
+        return RemoteState(vals.get("pid"), vals.get("rc"), "alive" in vals)
+
+    def leftover_pids(self) -> dict[str, list[int]]:
+        """Live PIDs of every rank tree this launcher started, by ``node/rank`` (empty dict: all gone).
+
+        The nodes are queried in parallel.
+        """
+        found = _parallel(lambda h: h.pids(), self.started)
+        return {f"{h.node}/rank{h.rank}": pids for h, pids in zip(self.started, found, strict=True) if pids}
+
+    def _call(self, argv: list[str], node: str, stdin: str | None, timeout_s: float) -> CommandResult:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                text=True,
+            )
+        except OSError as exc:
+            raise LauncherError(f"could not run {self.ssh.ssh!r}: {exc}; install the OpenSSH client") from exc
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, err = proc.communicate()
+            return CommandResult(node, -9, out, err + f"\n(ssh to {node} timed out after {timeout_s:g} s; killed)")
+        return CommandResult(node, proc.returncode, out, redact_text(err, self.secrets))
+
+
+def ssh_options_from_settings(settings: Any) -> SshOptions:
+    """:class:`SshOptions` from :class:`~pytest_sskj.settings.Settings` (``-p`` only when set explicitly)."""
+    sources = getattr(settings, "sources", {}) or {}
+    port = settings.ssh_port if sources.get("ssh_port", "default") != "default" else None
+    return SshOptions(
+        user=settings.ssh_user,
+        port=port,
+        identity=settings.ssh_identity,
+        options=tuple(settings.ssh_options),
+        config_file=getattr(settings, "ssh_config", None),
+    )
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _parallel(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    """``[fn(x) for x in items]`` with one thread per item (ssh round trips overlap); exceptions propagate."""
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _safe(node: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", node)

@@ -1,0 +1,100 @@
+"""Matrix enumeration and execution order of the acceptance suite (pure logic)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pytest_sskj.acceptance import matrix
+from pytest_sskj.settings import Settings
+from pytest_sskj.stash import SETTINGS_KEY
+
+
+def _settings(pytester: pytest.Pytester, *args: str) -> Settings:
+    return pytester.parseconfigure(*args).stash[SETTINGS_KEY]
+
+
+def test_users_matrix_has_36_points_with_readable_ids(pytester: pytest.Pytester) -> None:
+    s = _settings(
+        pytester,
+        "--engine",
+        "sglang",
+        "--nodes",
+        "601-604",
+        "--tp",
+        "32",
+        "--ep",
+        "4",
+        "--backend",
+        "marlin,flashinfer_mxfp4",
+        "--chunk",
+        "4K,8K,16K",
+        "--concurrency",
+        "8,16",
+    )
+    points = matrix.build_points(s)
+    ids = [p.id for p in points]
+    assert len(points) == 36, f"expected 2 backends x 3 chunks x 2 C x 3 repeats = 36, got {len(points)}"
+    assert len(set(ids)) == 36
+    assert "flashinfer_mxfp4-chunk8192-c8-r2" in ids
+    assert [c.id for c in matrix.comparisons(s)] == [
+        f"flashinfer_mxfp4-vs-marlin-chunk{c}-c{k}" for c in (4096, 8192, 16384) for k in (8, 16)
+    ]
+
+
+def test_grouped_order_starts_each_server_spec_once(pytester: pytest.Pytester) -> None:
+    s = _settings(
+        pytester,
+        "--engine",
+        "sglang",
+        "--backend",
+        "marlin,flashinfer_mxfp4",
+        "--chunk",
+        "4K,8K",
+        "--concurrency",
+        "8,16",
+        "--repeats",
+        "2",
+    )
+    assert not matrix.interleaves(s), "sglang restarts are expensive: points must be grouped by server"
+    order = matrix.execution_order(matrix.build_points(s), interleave=False)
+    groups = [p.spec_group for p in order]
+    switches = [g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g]
+    assert len(switches) == len(set(groups)) == 4, f"a server spec came back after another: {switches}"
+    assert [p.id for p in order[:4]] == [
+        "marlin-chunk4096-c8-r1",
+        "marlin-chunk4096-c8-r2",
+        "marlin-chunk4096-c16-r1",
+        "marlin-chunk4096-c16-r2",
+    ]
+
+
+def test_embedded_repeats_are_interleaved_abab(pytester: pytest.Pytester) -> None:
+    s = _settings(pytester)
+    assert matrix.interleaves(s)
+    order = matrix.execution_order(matrix.build_points(s), interleave=True)
+    assert [p.id for p in order] == [
+        "parallel-chunk512-c8-r1",
+        "serial-chunk512-c8-r1",
+        "parallel-chunk512-c8-r2",
+        "serial-chunk512-c8-r2",
+        "parallel-chunk512-c8-r3",
+        "serial-chunk512-c8-r3",
+    ]
+
+
+def test_single_backend_and_target_url_do_not_interleave(pytester: pytest.Pytester) -> None:
+    s = _settings(pytester)
+    assert not matrix.interleaves(replace(s, backends=("parallel",)))
+    assert not matrix.interleaves(replace(s, target_url="http://127.0.0.1:1"))
+    assert matrix.comparisons(replace(s, backends=("parallel",))) == []
+
+
+def test_curves_and_search_configs_cover_every_backend(pytester: pytest.Pytester) -> None:
+    s = _settings(pytester, "--chunk", "256,512", "--concurrency", "4,8")
+    assert [c.id for c in matrix.curves(s)] == ["parallel-c4", "parallel-c8", "serial-c4", "serial-c8"]
+    assert matrix.curves(s)[0].chunks == (256, 512)
+    assert matrix.search_configs(s) == [("parallel", 256), ("serial", 256), ("parallel", 512), ("serial", 512)]
+    search_point = matrix.Point("serial", 512, 32, 0, 0, kind="search")
+    assert search_point.id == "serial-chunk512-c32-search"

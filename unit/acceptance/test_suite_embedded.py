@@ -1,0 +1,214 @@
+"""The acceptance suite driven end to end against the real embedded CPU engine, with injected faults.
+
+Each test runs ``acceptance/`` in a pytest subprocess (small workloads: a few requests, two repeats) and
+checks the verdicts and messages a user would see, and what stays on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
+
+
+def _run(pytester: pytest.Pytester, run_id: str | None, *args: str, plugin: str | None = None) -> pytest.RunResult:
+    extra: list[str] = ["--run-id", run_id] if run_id else []
+    if plugin is not None:
+        pytester.makepyfile(sskj_faults=plugin)
+        extra += ["-p", "sskj_faults"]
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pytester.path), os.environ.get("PYTHONPATH")]))
+    return pytester.runpytest_subprocess(
+        str(ACCEPTANCE),
+        "--reports-dir",
+        str(pytester.path / "reports"),
+        "-p",
+        "no:cacheprovider",
+        "--isl",
+        "128",
+        "--osl",
+        "4",
+        "--requests",
+        "8",
+        "--repeats",
+        "2",
+        *extra,
+        *args,
+        timeout=300,
+    )
+
+
+def _row(pytester: pytest.Pytester, run_id: str, point: str) -> dict[str, Any]:
+    path = pytester.path / "reports" / run_id / "points" / point / "result.json"
+    assert path.is_file(), f"expected {path} on disk"
+    return dict(json.loads(path.read_text()))
+
+
+def _verdict(pytester: pytest.Pytester, run_id: str, name: str) -> dict[str, Any]:
+    return dict(json.loads((pytester.path / "reports" / run_id / "verdicts" / f"{name}.json").read_text()))
+
+
+KILL_SERIAL_MID_POINT = """
+import os, signal, threading, time
+from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
+
+TARGET = "serial-chunk512-c8-r1"
+
+def _kill(config):
+    path = config.stash[SETTINGS_KEY].run_dir / "points" / TARGET / "requests.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        n = len(path.read_text().splitlines()) if path.is_file() else 0
+        pool = config.stash[EXTRA_KEY].get("server_pool")
+        if n >= 3 and pool is not None:
+            for server in list(pool.running.values()):
+                if server.spec.backend == "serial":
+                    for h in server.handles:
+                        for pid in h.pids():
+                            os.kill(pid, signal.SIGKILL)
+                    return
+        time.sleep(0.005)
+
+def pytest_runtest_setup(item):
+    if item.name == "test_serving[" + TARGET + "]":
+        threading.Thread(target=_kill, args=(item.config,), daemon=True).start()
+"""
+
+
+def test_server_killed_mid_point_fails_it_and_skips_the_rest_of_its_config(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    res = _run(
+        pytester,
+        "kill",
+        "-k",
+        "test_serving or test_backend_comparison",
+        "--requests",
+        "24",
+        plugin=KILL_SERIAL_MID_POINT,
+    )
+    res.stdout.fnmatch_lines(
+        [
+            "*FAILED *test_serving.py::test_serving[[]serial-chunk512-c8-r1[]]*",
+            "*FAILED *test_backend_comparison.py::test_backend_comparison[[]serial-vs-parallel-chunk512-c8[]]*",
+        ]
+    )
+    res.stdout.fnmatch_lines(["SKIPPED [[]1[]] *test_serving.py:*: not run: server crashed at serial-chunk512-c8-r1"])
+    crashed = _row(pytester, "kill", "serial-chunk512-c8-r1")
+    assert crashed["status"] == "failed" and crashed["category"] == "crash", crashed
+    assert crashed["reasons"][0].startswith("[crash] server serial-chunk512 crashed during serial-chunk512-c8-r1"), (
+        crashed["reasons"]
+    )
+    assert _row(pytester, "kill", "serial-chunk512-c8-r2")["status"] == "not_run"
+    assert _row(pytester, "kill", "parallel-chunk512-c8-r1")["status"] in ("passed", "failed"), (
+        "finished points stay on disk"
+    )
+    assert "[crash] cannot compare serial with parallel" in res.stdout.str()
+
+
+CANNOT_START_SERIAL = """
+import sys
+from pytest_sskj.server.spec import NodeCommand
+
+def pytest_sskj_server_commands(config, spec):
+    if spec.backend != "serial":
+        return None
+    code = ("import sys; sys.stderr.write('sskj-embedded: cannot initialise backend serial: illegal instruction\\\\n');"
+            " sys.exit(3)")
+    return [NodeCommand("local", 0, (sys.executable, "-c", code), port=0)]
+"""
+
+
+def test_variant_that_cannot_start_fails_once_with_its_log_and_is_not_retried(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    res = _run(pytester, "nostart", "-k", "test_serving", plugin=CANNOT_START_SERIAL)
+    res.assert_outcomes(passed=2, failed=1, skipped=1)
+    res.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] *test_serving.py:*: not run: server failed to start at serial-chunk512-c8-r1"]
+    )
+    row = _row(pytester, "nostart", "serial-chunk512-c8-r1")
+    assert row["reasons"][0].startswith("[crash] server serial-chunk512 failed to start (ServerLaunchError)"), row
+    assert "illegal instruction" in row["reasons"][0], "the launch log excerpt belongs in the message"
+
+
+def test_slo_violation_and_failing_comparison_give_their_verdicts_and_messages(pytester: pytest.Pytester) -> None:
+    res = _run(
+        pytester,
+        "gate",
+        "-k",
+        "test_slo or test_backend_comparison",
+        "--osl",
+        "1",
+        "--sskj-slo",
+        "ttft_p95_ms<1,tpot_p95_ms<0.001",
+        "--sskj-compare-expect",
+        "better",
+        "--sskj-margin",
+        "5000",
+    )
+    res.assert_outcomes(failed=3)
+    out = res.stdout.str()
+    v = _verdict(pytester, "gate", "slo-parallel-chunk512-c8")
+    assert v["passed"] is False
+    assert "ttft_p95_ms=" in v["message"] and ">= 1" in v["message"], v["message"]
+    assert "tpot_p95_ms not judged (undefined for this run)" in v["message"], "OSL 1: TPOT must not be judged"
+    assert "[slo] parallel-chunk512-c8 misses the SLO (ttft_p95_ms<1, tpot_p95_ms<0.001)" in out
+    c = _verdict(pytester, "gate", "comparison-serial-vs-parallel-chunk512-c8")
+    assert c["outcome"] == "worse" and c["passed"] is False
+    assert "[regression] serial vs parallel: " in out and "% input TPS (95 % CI " in out, out[-3000:]
+    assert "serial does not beat parallel by at least 5000 %" in out
+
+
+def test_default_comparison_is_recorded_and_resume_repeats_no_point(pytester: pytest.Pytester) -> None:
+    first = _run(pytester, "mx", "-k", "test_serving or test_backend_comparison")
+    first.assert_outcomes(passed=4, skipped=1)
+    first.stdout.fnmatch_lines(["*verdict recorded, not enforced: serial vs parallel: *--sskj-compare-expect better*"])
+    first.stdout.fnmatch_lines(
+        [
+            "*sskj acceptance summary*",
+            "Chunk | C | Backend * | vs baseline*",
+            "*512 | 8 | parallel * | baseline*",
+            "*512 | 8 | serial *TPS / *TTFT*",
+        ]
+    )
+    path = pytester.path / "reports" / "mx" / "points" / "parallel-chunk512-c8-r1" / "result.json"
+    stamp = path.stat().st_mtime_ns
+    again = _run(pytester, None, "-k", "test_serving or test_backend_comparison", "--resume", "mx")
+    again.assert_outcomes(passed=4, skipped=1)
+    assert path.stat().st_mtime_ns == stamp, "a finished point was measured again on --resume"
+    logs = list((pytester.path / "reports" / "mx" / "logs").rglob("*.log"))
+    assert len(logs) == 4, f"the resumed run must start no server (2 variants x 2 repeats, interleaved): {logs}"
+
+
+def test_search_writes_steps_and_resume_repeats_nothing(pytester: pytest.Pytester) -> None:
+    args = (
+        "-k",
+        "test_concurrency_search",
+        "--backend",
+        "parallel",
+        "--sskj-search",
+        "double",
+        "--sskj-search-max",
+        "4",
+        "--sskj-search-floor",
+        "1",
+    )
+    first = _run(pytester, "srch", *args)
+    first.assert_outcomes(passed=1)
+    steps = pytester.path / "reports" / "srch" / "search" / "parallel-chunk512" / "steps-double.jsonl"
+    before = steps.read_text()
+    assert before.count("\n") >= 2, before
+    v = _verdict(pytester, "srch", "search-parallel-chunk512")
+    assert v["best_concurrency"] in (1, 2, 4) and v["message"].startswith("double: highest concurrency meeting")
+    again = _run(pytester, None, *args, "--resume", "srch")
+    again.assert_outcomes(passed=1)
+    assert steps.read_text() == before, "a resumed search must not measure a step again"
+    v2 = _verdict(pytester, "srch", "search-parallel-chunk512")
+    assert all(s["resumed"] for s in v2["steps"]) and v2["best_concurrency"] == v["best_concurrency"]

@@ -1,0 +1,124 @@
+"""environment.properties / categories.json / executor.json from a manifest; message tags categorize."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_sskj.report import categories as cat
+from pytest_sskj.report.allure_env import (
+    categories_json,
+    environment_facts,
+    environment_properties,
+    executor_json,
+    write_allure_extras,
+)
+
+MANIFEST = {
+    "run_id": "20261129-235959-a1b2",
+    "start_time": 1795996782.5,
+    "settings": {
+        "engine": "sglang",
+        "model_name": "Kimi-K3",
+        "model_path": "/data/kimi3",
+        "platform": "pro6000",
+        "tp": 32,
+        "ep": 4,
+        "dp": 1,
+        "pp": 1,
+        "nodes": ["601", "602", "603", "604"],
+        "backends": ["marlin", "flashinfer_mxfp4"],
+        "chunks": [4096, 8192, 16384],
+        "concurrencies": [8, 16],
+        "isl": 16384,
+        "osl": 1,
+        "requests": 40,
+        "repeats": 3,
+        "slo": ["ttft_p95_ms<3000"],
+        "ssh_identity": "/home/u/.ssh/id_ed25519",
+    },
+    "gpu": {"name": "NVIDIA RTX 6000D", "count": 32, "driver": "580.65.06", "cuda": "13.0", "arch": "sm120"},
+    "engine": {"version": "0.5.9", "commit": "b95b5341ab95", "flashinfer_commit": "b525c513fef7"},
+    "packages": {"flashinfer-python": "0.7.1", "sglang": "0.5.9", "torch": None},
+    "pytest_sskj": {"version": "0.1.0", "git_commit": "5668357"},
+    "python": {"version": "3.11.7"},
+    "host": {"hostname": "gpu601"},
+}
+
+
+def test_environment_properties_lists_gpu_engine_flashinfer_model_and_parallel_sizes() -> None:
+    facts = environment_facts(MANIFEST)
+    expected = {
+        "model": "Kimi-K3",
+        "platform": "pro6000",
+        "parallel": "TP32/EP4/DP1/PP1",
+        "nodes": "601,602,603,604",
+        "gpu.name": "NVIDIA RTX 6000D",
+        "gpu.driver": "580.65.06",
+        "gpu.cuda": "13.0",
+        "gpu.count": "32",
+        "engine": "sglang",
+        "engine.version": "0.5.9",
+        "engine.commit": "b95b5341ab95",
+        "engine.flashinfer_commit": "b525c513fef7",
+        "flashinfer-python.version": "0.7.1",
+        "shape": "ISL 16384 / OSL 1, 40 req x 3",
+        "chunks": "4096,8192,16384",
+    }
+    assert {k: facts.get(k) for k in expected} == expected
+    assert "torch.version" not in facts, "unknown versions are left out, not written as None"
+    assert not any("ssh" in k or ".ssh" in v for k, v in facts.items()), facts
+    text = environment_properties({**MANIFEST, "gpu": {"note": "a=b:c\nd"}})
+    assert "gpu.note=a=b:c\\nd\n" in text
+
+
+def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
+    cats = {c["name"]: c for c in categories_json()}
+    assert list(cats) == [
+        "Out of memory",
+        "NCCL error",
+        "Server crash",
+        "Timeout",
+        "SLO miss",
+        "Performance regression",
+        "Client-bound measurement",
+        "Numerics mismatch",
+    ]
+    for name, msg in [
+        ("Out of memory", f"{cat.OOM} rank 3: CUDA OOM"),
+        ("NCCL error", f"{cat.NCCL} watchdog"),
+        ("Server crash", f"AssertionError: {cat.CRASH} exited -9\nmore"),
+        ("Timeout", "Timeout >600.0s"),
+        ("SLO miss", f"{cat.SLO} ttft_p95_ms=4000"),
+        ("Performance regression", f"{cat.REGRESSION} -3%"),
+        ("Client-bound measurement", f"{cat.CLIENT_BOUND} loop lag"),
+        ("Numerics mismatch", f"{cat.NUMERICS} cosine 0.91"),
+    ]:
+        assert re.fullmatch(cats[name]["messageRegex"], msg), (name, msg)
+        assert cat.categorize(msg) == name
+        assert cats[name]["matchedStatuses"] == ["failed", "broken"]
+    assert cat.categorize("assert 1 == 2") is None
+
+
+def test_executor_names_the_ci_job_or_the_host() -> None:
+    ci = executor_json(MANIFEST, {"CI": "1", "GITHUB_RUN_ID": "77", "GITHUB_REPOSITORY": "qqtang/sskj"})
+    assert ci["buildUrl"] == "https://github.com/qqtang/sskj/actions/runs/77" and ci["name"] == "CI"
+    assert ci["buildName"] == "20261129-235959-a1b2" and ci["reportName"] == "pytest-sskj Kimi-K3 20261129-235959-a1b2"
+    local = executor_json(MANIFEST, {})
+    assert "buildUrl" not in local and local["type"] == "pytest-sskj"
+
+
+def test_write_allure_extras_writes_three_valid_files(tmp_path: Path) -> None:
+    paths = write_allure_extras(tmp_path / "ar", MANIFEST)
+    assert [p.name for p in paths] == ["environment.properties", "categories.json", "executor.json"]
+    assert len(json.loads(paths[1].read_text())) == 8 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
+
+
+@pytest.mark.parametrize(
+    "tag", [cat.OOM, cat.NCCL, cat.CRASH, cat.TIMEOUT, cat.SLO, cat.REGRESSION, cat.CLIENT_BOUND, cat.NUMERICS]
+)
+def test_tags_are_bracketed_lowercase_words(tag: str) -> None:
+    assert re.fullmatch(r"\[[a-z-]+\]", tag)

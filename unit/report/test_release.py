@@ -1,0 +1,249 @@
+"""Release marking: green runs are marked; every refusal case says exactly why; list/show read marks back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sskj.__main__ import main
+from pytest_sskj.report.release import ReleaseConfig, ReleaseRefused, list_releases, load_config, mark, show_release
+
+CFG = ReleaseConfig(required_suites=("unit", "acceptance"), min_tests={"acceptance": 2})
+
+
+def _test(nodeid: str, outcome: str = "passed", when: str = "call", message: str | None = None) -> dict[str, Any]:
+    return {
+        "nodeid": nodeid,
+        "suite": nodeid.split("/", 1)[0],
+        "outcome": outcome,
+        "when": when,
+        "markers": [],
+        "duration_s": 0.1,
+        "message": message,
+    }
+
+
+GREEN = [
+    _test("unit/test_a.py::test_1"),
+    _test("acceptance/test_s.py::test_serving[marlin]"),
+    _test("acceptance/test_s.py::test_backend_comparison"),
+    _test("docs/test_x.py::test_optional", "failed"),
+]
+
+
+def _run(
+    reports: Path,
+    tests: list[dict[str, Any]] | None = GREEN,
+    *,
+    complete: bool = True,
+    exitstatus: int = 1,
+    status: str = "finished",
+    run_id: str = "r1",
+) -> Path:
+    d = reports / run_id
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "status": status,
+                "exitstatus": exitstatus,
+                "settings": {"backends": ["marlin", "flashinfer_mxfp4"]},
+            }
+        )
+    )
+    if tests is not None:
+        (d / "outcomes.json").write_text(
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "complete": complete,
+                    "exitstatus": exitstatus,
+                    "counts": {"passed": len(tests)},
+                    "tests": tests,
+                }
+            )
+        )
+    rows = [
+        {
+            "backend": b,
+            "chunk": 4096,
+            "concurrency": 8,
+            "repeat": 0,
+            "status": "passed",
+            "input_throughput": tps,
+            "median_ttft_ms": ttft,
+            "p95_ttft_ms": ttft,
+            "test_id": b,
+        }
+        for b, tps, ttft in (("marlin", 2694.53, 48860.0), ("flashinfer_mxfp4", 2957.23, 44480.0))
+    ]
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "verdicts.jsonl").write_text(
+        json.dumps({"kind": "comparison", "passed": True, "message": "+9.75%"})
+        + "\n"
+        + json.dumps({"kind": "search", "best": 32, "passed": True})
+        + "\n"
+    )
+    return d
+
+
+def test_green_run_is_marked_with_suites_counts_manifest_and_figures(tmp_path: Path) -> None:
+    _run(tmp_path)
+    out = mark("r1", "v1.0", reports_dir=tmp_path, config=CFG)
+    assert out == tmp_path / "releases" / "v1.0.json"
+    rec = json.loads(out.read_text())
+    assert rec["verdict"] == "release" and rec["run_id"] == "r1" and rec["required_suites"] == ["unit", "acceptance"]
+    assert rec["suites"] == {"unit": {"passed": 1}, "acceptance": {"passed": 2}, "docs": {"failed": 1}}
+    assert rec["manifest"]["run_id"] == "r1"
+    fi = next(p for p in rec["figures"]["points"] if p["backend"] == "flashinfer_mxfp4")
+    assert fi["vs_baseline"] == "+9.75% TPS / \u22128.96% TTFT"
+    assert [v["kind"] for v in rec["figures"]["comparisons"]] == ["comparison"]
+    assert [v["kind"] for v in rec["figures"]["slo"]] == ["search"]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "when", "expected"),
+    [
+        ("failed", "call", "required test acceptance/test_s.py::test_backend_comparison failed (in call): boom"),
+        ("error", "setup", "required test acceptance/test_s.py::test_backend_comparison error (in setup): boom"),
+        ("skipped", "setup", "required test acceptance/test_s.py::test_backend_comparison skipped (in setup): boom"),
+        ("xfailed", "call", "required test acceptance/test_s.py::test_backend_comparison xfailed (in call): boom"),
+        ("xpassed", "call", "required test acceptance/test_s.py::test_backend_comparison xpassed (in call): boom"),
+        ("running", "setup", "required test acceptance/test_s.py::test_backend_comparison running (in setup): boom"),
+    ],
+)
+def test_a_required_test_that_did_not_pass_refuses(tmp_path: Path, outcome: str, when: str, expected: str) -> None:
+    tests = [*GREEN[:2], _test("acceptance/test_s.py::test_backend_comparison", outcome, when, "boom")]
+    _run(tmp_path, tests)
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("r1", "v1", reports_dir=tmp_path, config=CFG)
+    assert exc.value.reasons == [expected]
+    assert not (tmp_path / "releases").exists(), "a refused run must not leave a release file"
+
+
+def test_missing_required_suite_and_too_few_tests_refuse(tmp_path: Path) -> None:
+    _run(tmp_path, [_test("acceptance/test_s.py::test_serving")])
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("r1", "v1", reports_dir=tmp_path, config=CFG)
+    assert exc.value.reasons == [
+        "required suite 'unit' has no test results in this run; run it (e.g. pytest unit/) in the same session",
+        "required suite 'acceptance' ran 1 test(s); release.toml asks for at least 2",
+    ]
+
+
+def test_no_outcomes_file_refuses(tmp_path: Path) -> None:
+    _run(tmp_path, None)
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("r1", "v1", reports_dir=tmp_path, config=CFG)
+    assert len(exc.value.reasons) == 1 and "outcomes.json does not exist" in exc.value.reasons[0]
+
+
+def test_corrupt_outcomes_file_refuses(tmp_path: Path) -> None:
+    (_run(tmp_path) / "outcomes.json").write_text('{"tests": [')
+    with pytest.raises(ReleaseRefused, match=r"outcomes\.json is not valid JSON"):
+        mark("r1", "v1", reports_dir=tmp_path, config=CFG)
+
+
+def test_crashed_or_interrupted_run_refuses(tmp_path: Path) -> None:
+    _run(tmp_path, complete=False, status="running", exitstatus=2)
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("r1", "v1", reports_dir=tmp_path, config=CFG)
+    assert exc.value.reasons == [
+        "the run did not finish: outcomes.json is not marked complete (crashed or interrupted run)",
+        "manifest.json status is 'running', not 'finished'",
+        "pytest exit status 2 (interrupted, internal or usage error): the run is not a complete verdict",
+    ]
+
+
+def test_unknown_run_bad_tag_and_existing_tag_refuse(tmp_path: Path) -> None:
+    with pytest.raises(ReleaseRefused, match=r"run directory .*nope does not exist"):
+        mark("nope", "v1", reports_dir=tmp_path, config=CFG)
+    _run(tmp_path)
+    with pytest.raises(ReleaseRefused, match="not a file-name-safe name"):
+        mark("r1", "../evil", reports_dir=tmp_path, config=CFG)
+    mark("r1", "v1", reports_dir=tmp_path, config=CFG)
+    with pytest.raises(ReleaseRefused, match="release 'v1' already exists"):
+        mark("r1", "v1", reports_dir=tmp_path, config=CFG)
+    assert mark("r1", "v1", reports_dir=tmp_path, config=CFG, force=True).is_file()
+
+
+def test_list_and_show_read_marks_back(tmp_path: Path) -> None:
+    _run(tmp_path)
+    mark("r1", "v1", reports_dir=tmp_path, config=CFG)
+    mark("r1", "v2", reports_dir=tmp_path, config=CFG)
+    assert [m["tag"] for m in list_releases(tmp_path)] == ["v1", "v2"]
+    assert show_release("v2", tmp_path)["tag"] == "v2"
+    with pytest.raises(FileNotFoundError, match=r"no release 'v3' .*\(known: v1, v2\)"):
+        show_release("v3", tmp_path)
+
+
+def test_config_comes_from_release_toml_and_bad_config_says_what_is_wrong(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2] / "release.toml"
+    assert load_config(repo).required_suites == ("unit", "acceptance")
+    bad = tmp_path / "release.toml"
+    bad.write_text("[release]\nrequired_suites = []\n")
+    with pytest.raises(ValueError, match="required_suites must be a non-empty list"):
+        load_config(bad)
+    bad.write_text("[other]\n")
+    with pytest.raises(ValueError, match="has no \\[release\\] table"):
+        load_config(bad)
+
+
+def test_cli_mark_list_show_and_refusal_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "release.toml"
+    cfg.write_text('[release]\nrequired_suites = ["unit", "acceptance"]\n')
+    _run(tmp_path / "reports")
+    base = ["--reports-dir", str(tmp_path / "reports")]
+    assert main(["release", "mark", "--run", "r1", "--tag", "v1", "--config", str(cfg), *base]) == 0
+    assert "marked run r1 as release v1" in capsys.readouterr().out
+    assert main(["release", "list", *base]) == 0
+    assert capsys.readouterr().out.startswith("v1\trun r1\t")
+    assert main(["release", "show", "v1", *base]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "release"
+    assert main(["release", "show", "v9", *base]) == 2
+    assert "no release 'v9'" in capsys.readouterr().err
+    (tmp_path / "reports" / "r1" / "outcomes.json").unlink()
+    assert main(["release", "mark", "--run", "r1", "--tag", "v2", "--config", str(cfg), *base]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("refusing to mark run r1 as release 'v2':\n  - ") and "outcomes.json does not exist" in err
+
+
+def test_real_session_outcomes_drive_marking(pytester: pytest.Pytester) -> None:
+    """Outcomes recorded by the plugin in a real session: green -> marked; a skipped required test -> refused."""
+    pytester.makepyfile(
+        **{
+            "unit/test_a.py": "def test_a():\n    pass\n",
+            "acceptance/test_b.py": "import pytest\ndef test_b():\n    pass\n"
+            "@pytest.mark.xfail(reason='known')\ndef test_c():\n    assert 0\n",
+            "docs/test_d.py": "import pytest\ndef test_d():\n    pytest.skip('optional')\n",
+        }
+    )
+    pytester.makefile(".toml", release='[release]\nrequired_suites = ["unit", "acceptance"]\n')
+    pytester.runpytest(
+        "unit",
+        "acceptance/test_b.py::test_b",
+        "docs",
+        "--reports-dir",
+        "rep",
+        "--run-id",
+        "green",
+        "-p",
+        "no:cacheprovider",
+    ).assert_outcomes(passed=2, skipped=1)
+    cfg = load_config(pytester.path / "release.toml")
+    out = mark("green", "ok", reports_dir=pytester.path / "rep", config=cfg)
+    assert json.loads(out.read_text())["suites"] == {
+        "unit": {"passed": 1},
+        "acceptance": {"passed": 1},
+        "docs": {"skipped": 1},
+    }
+    pytester.runpytest(
+        "unit", "acceptance", "--reports-dir", "rep", "--run-id", "xf", "-p", "no:cacheprovider"
+    ).assert_outcomes(passed=2, xfailed=1)
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("xf", "bad", reports_dir=pytester.path / "rep", config=cfg)
+    assert exc.value.reasons == ["required test acceptance/test_b.py::test_c xfailed (in call): xfail: known"]

@@ -1,0 +1,143 @@
+"""The embedded CPU engine, for real: the generated GGUF model, the llama.cpp server, start/stop, requests."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from pytest_sskj.server.embedded import (
+    VOCAB_SIZE,
+    build_tiny_model,
+    embedded_server,
+    ensure_tiny_model,
+    serve_argv,
+    tiny_vocab,
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def tiny(model_dir: Path) -> Path:
+    return ensure_tiny_model(model_dir)
+
+
+@pytest.fixture(scope="module")
+def server(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("logs") / "embedded.log"
+    with embedded_server(tiny, slots=8, log_path=log) as url:
+        yield url
+
+
+def _stream(url: str, body: dict[str, object]) -> tuple[list[str], dict[str, object], str | None]:
+    texts: list[str] = []
+    usage: dict[str, object] = {}
+    finish = None
+    with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=30, trust_env=False) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            d = json.loads(line[6:])
+            if d.get("choices"):
+                if d["choices"][0].get("text"):
+                    texts.append(d["choices"][0]["text"])
+                finish = d["choices"][0].get("finish_reason") or finish
+            if d.get("usage"):
+                usage = d["usage"]
+    return texts, usage, finish
+
+
+def test_tiny_model_is_deterministic_and_cached(tmp_path: Path, tiny: Path) -> None:
+    t0 = time.perf_counter()
+    build_tiny_model(tmp_path / "again.gguf")
+    took = time.perf_counter() - t0
+    assert (tmp_path / "again.gguf").read_bytes() == tiny.read_bytes(), "two generations must be byte-identical"
+    assert 400_000 < tiny.stat().st_size < 800_000, tiny.stat().st_size
+    assert took < 10, f"generating the tiny model took {took:.1f} s"
+    assert ensure_tiny_model(tiny.parent) == tiny
+    assert ensure_tiny_model(tiny.parent, eos_bias=1.0) != tiny, "the EOS variant is a different file"
+    pieces, types = tiny_vocab()
+    assert len(pieces) == len(set(pieces)) == VOCAB_SIZE and types[2] == 3
+
+
+def test_server_tokenizes_words_as_single_tokens(server: str) -> None:
+    r = httpx.post(server + "/tokenize", json={"content": "the world is over"}, trust_env=False)
+    assert len(r.json()["tokens"]) == 4, f"each word must be one token, got {r.json()}"
+
+
+def test_stream_has_one_nonempty_chunk_per_token(server: str) -> None:
+    for temperature in (0.0, 1.0):
+        texts, usage, finish = _stream(
+            server,
+            {"prompt": list(range(300, 364)), "max_tokens": 16, "temperature": temperature, "cache_prompt": False},
+        )
+        assert len(texts) == 16, f"temperature {temperature}: expected 16 non-empty chunks, got {len(texts)}: {texts}"
+        assert usage.get("prompt_tokens") == 64 and usage.get("completion_tokens") == 16, usage
+        assert finish == "length"
+
+
+def test_eos_bias_model_honours_ignore_eos(model_dir: Path, tmp_path: Path) -> None:
+    eos = ensure_tiny_model(model_dir, eos_bias=1.0)
+    with embedded_server(eos, slots=1, log_path=tmp_path / "eos.log") as url:
+        _, usage, finish = _stream(url, {"prompt": [300, 301], "max_tokens": 8, "temperature": 1.0})
+        assert (finish, usage.get("completion_tokens")) == ("stop", 1), (finish, usage)
+        _texts, usage, finish = _stream(url, {"prompt": [300, 301], "max_tokens": 8, "ignore_eos": True})
+        assert (finish, usage.get("completion_tokens")) == ("length", 8), (finish, usage)
+
+
+def test_start_stop_leaves_no_process_and_reports_slots(tiny: Path, tmp_path: Path) -> None:
+    log = tmp_path / "serial.log"
+    t0 = time.perf_counter()
+    with embedded_server(tiny, slots=1, batch=256, log_path=log) as url:
+        startup = time.perf_counter() - t0
+        props = httpx.get(url + "/props", trust_env=False).json()
+        assert props.get("total_slots") == 1, f"serial backend must have 1 slot: {props.get('total_slots')}"
+        pid = int(log.read_text().split("pid ")[1].split(")")[0])
+        assert psutil.pid_exists(pid)
+    assert startup < 15, f"startup took {startup:.2f} s"
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    text = log.read_text()
+    assert "n_batch 256" in text and "sskj-embedded: stopping" in text and "main loop exited" in text, text[-800:]
+
+
+def test_serve_rejects_a_missing_model_quickly(tmp_path: Path) -> None:
+    import subprocess
+
+    argv = serve_argv(tmp_path / "nope.gguf", port=0)
+    assert argv[:4] == [sys.executable, "-m", "pytest_sskj.server.embedded", "serve"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "does not exist" in r.stderr, (r.returncode, r.stderr)
+
+
+@pytest.mark.bench
+def test_bench_parallel_vs_serial_throughput(tiny: Path, tmp_path: Path) -> None:
+    """Prints startup and 16-request throughput at concurrency 8 for 8 slots vs 1 slot (no timed assertion)."""
+    results: dict[int, tuple[float, float]] = {}
+    for slots in (8, 1):
+        t0 = time.perf_counter()
+        with embedded_server(tiny, slots=slots, log_path=tmp_path / f"s{slots}.log") as url:
+            startup = time.perf_counter() - t0
+            body = {"prompt": [300 + i % 200 for i in range(256)], "max_tokens": 16, "cache_prompt": False}
+            t1 = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(8) as ex:
+                outs = list(ex.map(lambda _, u=url, b=body: _stream(u, b), range(16)))
+            took = time.perf_counter() - t1
+        assert all(len(t) == 16 for t, _, _ in outs)
+        results[slots] = (startup, 16 / took)
+    print(
+        f"\nstartup_s parallel={results[8][0]:.3f} serial={results[1][0]:.3f}; "
+        f"req/s parallel={results[8][1]:.1f} serial={results[1][1]:.1f} "
+        f"(x{results[8][1] / results[1][1]:.2f})"
+    )

@@ -1,0 +1,181 @@
+"""The server pool: one start per spec, stop-before-switch, failure caching, crash detection, /server_info, close."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerLaunchError
+from pytest_sskj.server.local import LocalLauncher, LocalProcess
+from pytest_sskj.server.pool import ServerPool, free_port
+from pytest_sskj.server.spec import NodeCommand, ServerSpec
+
+PARALLEL = ServerSpec(engine="embedded", backend="parallel", chunk=512)
+SERIAL = ServerSpec(engine="embedded", backend="serial", chunk=512)
+
+# Test double of an SGLang deployment: rank 0 answers /health_generate and /server_info (JSON from argv).
+FAKE_SGLANG_RANK0 = r"""
+import http.server, json, sys
+port, info = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = {"/health_generate": b"{}", "/server_info": info.encode()}.get(self.path)
+        self.send_response(200 if body else 404); self.end_headers(); self.wfile.write(body or b"")
+    def log_message(self, *a): pass
+print("[TP0] Init torch distributed begin.", flush=True)
+print("[TP0] The server is fired up and ready to roll!", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+class RecordingLauncher(LocalLauncher):
+    """The local launcher, recording which earlier processes were still alive at every start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alive_at_start: list[list[int]] = []
+
+    def start(self, cmd: NodeCommand, log_path: Path) -> LocalProcess:
+        self.alive_at_start.append([pid for h in self.started for pid in h.pids()])
+        return super().start(cmd, log_path)
+
+
+def _pool(tmp_path: Path, **kw: object) -> ServerPool:
+    return ServerPool(log_dir=tmp_path / "logs", model_cache_dir=tmp_path / "models", health_timeout_s=60, **kw)  # type: ignore[arg-type]
+
+
+def test_pool_reuses_a_spec_and_stops_the_old_server_before_switching(tmp_path: Path) -> None:
+    launcher = RecordingLauncher()
+    pool = _pool(tmp_path, launcher=launcher)
+    try:
+        a = pool.get(PARALLEL)
+        assert a.urls and a.urls[0].startswith("http://127.0.0.1:"), a.urls
+        assert pool.get(PARALLEL) is a, "the same spec must reuse the running server"
+        assert len(pool.launched) == 1
+        old_pids = [p for pids in a.pids().values() for p in pids]
+        b = pool.get(SERIAL)
+        assert launcher.alive_at_start == [[], []], (
+            f"the parallel server must be gone before the serial one starts: {launcher.alive_at_start}"
+        )
+        assert not any(psutil.pid_exists(p) for p in old_pids)
+        assert b is not a and b.spec == SERIAL
+        assert list(pool.running) == [SERIAL]
+        assert b.startup_s is not None and b.startup_s < 30
+        assert set(b.log_paths) == {"local/rank0"} and b.log_paths["local/rank0"].parent == tmp_path / "logs" / "local"
+    finally:
+        report = pool.close()
+    assert report.clean and report.launched == 2, report.line()
+    assert "every PID on every node is gone" in report.line()
+    saved = json.loads((tmp_path / "logs" / "pool-teardown.json").read_text())
+    assert saved["clean"] is True and saved["launched"] == 2
+    with pytest.raises(ServerLaunchError, match="closed"):
+        pool.get(PARALLEL)
+
+
+def test_pool_detects_a_crash_and_fatal_log_lines_in_the_test_window(tmp_path: Path) -> None:
+    pool = _pool(tmp_path)
+    try:
+        server = pool.get(PARALLEL)
+        mark = server.mark()
+        assert server.findings_since(mark) == []
+        server.check_alive()
+        log = server.log_paths["local/rank0"]
+        with log.open("a") as fh:  # what a dying engine would print
+            fh.write("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+        (f,) = server.findings_since(mark)
+        assert (f.category, f.severity, f.node, f.rank) == ("crash", "fatal", "local", 0), f
+        with pytest.raises(ServerCrashed, match="illegal memory access"):
+            server.check_alive()
+        pid = server.handles[0].pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.perf_counter() + 10
+        while server.alive() and time.perf_counter() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ServerCrashed, match="killed by SIGKILL"):
+            server.check_alive()
+        again = pool.get(PARALLEL)
+        assert again is not server and again.alive(), "a dead server is replaced on the next get()"
+    finally:
+        assert pool.close().clean
+
+
+def test_a_spec_that_fails_to_start_is_not_retried(tmp_path: Path) -> None:
+    pool = _pool(tmp_path)
+    bad = PARALLEL.with_(extra_args=("--batch", "0"))
+    try:
+        with pytest.raises(ServerLaunchError, match=r"exited with code 2[\s\S]*--batch \(0\) must be >= 1"):
+            pool.get(bad)
+        t0 = time.perf_counter()
+        with pytest.raises(ServerLaunchError, match="not retried"):
+            pool.get(bad)
+        assert time.perf_counter() - t0 < 0.5 and len(pool.launched) == 1
+    finally:
+        assert pool.close().clean
+
+
+def test_target_url_launches_nothing(tmp_path: Path) -> None:
+    pool = _pool(tmp_path, target_url="http://10.0.0.1:30000/")
+    server = pool.get(PARALLEL)
+    assert server.external and server.urls == ["http://10.0.0.1:30000"] and server.handles == []
+    assert server.findings_since(server.mark()) == []
+    server.check_alive()
+    assert pool.close().launched == 0
+
+
+def _fake_sglang(info: dict[str, object]):  # type: ignore[no-untyped-def]
+    def commands_for(spec: ServerSpec) -> list[NodeCommand]:
+        rank0 = NodeCommand(
+            "local", 0, (sys.executable, "-c", FAKE_SGLANG_RANK0, str(spec.port), json.dumps(info)), port=spec.port
+        )
+        rank1 = NodeCommand("local", 1, (sys.executable, "-c", "import time; time.sleep(120)"), serves_http=False)
+        return [rank0, rank1]
+
+    return commands_for
+
+
+SGLANG = ServerSpec(engine="sglang", backend="flashinfer_mxfp4", chunk=8192, tp=2, ep=2)
+GOOD_INFO = {
+    "moe_runner_backend": "flashinfer_mxfp4",
+    "chunked_prefill_size": 8192,
+    "tp_size": 2,
+    "ep_size": 2,
+    "dp_size": 1,
+    "pp_size": 1,
+    "disable_radix_cache": True,
+    "nnodes": 1,
+    "node_rank": 0,
+}
+
+
+def test_sglang_server_info_is_verified_after_health(tmp_path: Path) -> None:
+    pool = _pool(tmp_path, commands_for=_fake_sglang(GOOD_INFO))
+    try:
+        server = pool.get(SGLANG)
+        assert server.server_info() == GOOD_INFO
+        assert len(server.handles) == 2 and server.urls == [server.urls[0]]
+        assert ":30000" not in server.urls[0], "port 0 in the spec must become a free port for a local launch"
+    finally:
+        assert pool.close().clean
+
+
+def test_sglang_server_info_mismatch_fails_and_stops_the_server(tmp_path: Path) -> None:
+    pool = _pool(tmp_path, commands_for=_fake_sglang({**GOOD_INFO, "moe_runner_backend": "marlin"}))
+    with pytest.raises(ServerConfigMismatch, match="moe_runner_backend: spec flashinfer_mxfp4, server reports marlin"):
+        pool.get(SGLANG)
+    assert all(h.pids() == [] for h in pool.launched), "a mismatching server must be stopped"
+    assert pool.close().clean
+
+
+def test_free_port_is_bindable() -> None:
+    import socket
+
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
