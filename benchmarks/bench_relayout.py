@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     def dequantize() -> None:
         for start in range(0, experts, args.chunk):
             stop = min(start + args.chunk, experts)
-            out[start:stop] = dequantize_fp4(w13[start:stop], s13[start:stop]).to(torch.bfloat16)
+            out[start:stop] = dequantize_fp4(w13[start:stop], s13[start:stop], dtype=torch.bfloat16)
 
     def both() -> None:
         relayout()

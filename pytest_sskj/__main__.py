@@ -1,6 +1,6 @@
 """``python -m pytest_sskj``: release marking and report rendering outside a pytest run.
 
-``release mark --run RUN_ID --tag NAME`` / ``release list`` / ``release show TAG`` (see
+``release mark --run RUN_ID [--run RUN_ID2] --tag NAME`` / ``release list`` / ``release show TAG`` (see
 :mod:`pytest_sskj.report.release`); ``report html --alluredir DIR --out FILE [--check]`` (see
 :mod:`pytest_sskj.report.html`); ``report summary --run RUN_ID`` regenerates ``summary.md`` and the plots
 of a (possibly crashed) run.  Exit status: 0 done, 1 refused or check failed, 2 bad input or missing tool.
@@ -37,7 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     rel = sub.add_parser("release", help="mark a green run as a release; list and show marks")
     rsub = rel.add_subparsers(dest="action", required=True)
     mark = rsub.add_parser("mark", help="write reports/releases/<tag>.json if every required suite passed")
-    mark.add_argument("--run", required=True, help="run id (the folder under --reports-dir)")
+    mark.add_argument(
+        "--run",
+        required=True,
+        action="append",
+        help="run id (the folder under --reports-dir); "
+        "repeat it to judge several sessions together, e.g. the acceptance and the unit run",
+    )
     mark.add_argument("--tag", required=True, help="release name, e.g. v0.3.0 or kimi3-sm120-2026-11-29")
     mark.add_argument("--config", type=Path, default=None, help="release.toml (default: nearest one from cwd)")
     mark.add_argument("--force", action="store_true", help="replace an existing mark of the same tag")
@@ -96,7 +102,7 @@ def _release(args: argparse.Namespace) -> int:
         except release.ReleaseRefused as exc:
             _err(str(exc))
             return 1
-        _out(f"marked run {args.run} as release {args.tag}: {out}")
+        _out(f"marked run {'+'.join(args.run)} as release {args.tag}: {out}")
         return 0
     if args.action == "list":
         marks = release.list_releases(reports)

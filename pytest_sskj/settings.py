@@ -23,6 +23,7 @@ from pytest_sskj import parsing
 from pytest_sskj.engines import engine_info
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
+from pytest_sskj.report.redact import REDACTED
 from pytest_sskj.slo import SloGate, parse_slo
 
 __all__ = ["Settings", "new_run_id", "resolve_settings"]
@@ -107,7 +108,7 @@ class Settings:
         d = asdict(self)
         d["profile"] = str(self.profile) if self.profile else None
         d["reports_dir"] = str(self.reports_dir)
-        d["ssh_identity"] = str(self.ssh_identity) if self.ssh_identity else None
+        d["ssh_identity"] = REDACTED if self.ssh_identity else None  # an identity path is a secret too
         d["ssh_config"] = str(self.ssh_config) if self.ssh_config else None
         d["slo"] = [str(g) for g in self.slo]
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets

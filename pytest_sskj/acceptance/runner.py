@@ -276,8 +276,19 @@ class PointRunner:
         t0 = time.perf_counter()
         try:
             self._measure(point, spec, pool, bench, outcome)
-        finally:
+        except BaseException as exc:  # pytest-timeout (signal method) or Ctrl-C in the middle of the point
             outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
+            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "hung"
+            self._fail(
+                outcome,
+                "timeout",
+                f"{cat.TIMEOUT} server {spec.label} {what} during {point.id} after "
+                f"{outcome.row['wall_s']:.1f} s: {type(exc).__name__}: "
+                f"{_excerpt(str(exc), 300)}",
+            )
+            self._finish(outcome)
+            raise
+        outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
         return self._finish(outcome)
 
     def _break(self, pool: _Pool, spec: ServerSpec, point: Point, what: str) -> None:

@@ -3,6 +3,8 @@
 :class:`BenchClient` owns one ``httpx.AsyncClient`` whose connection pool is sized to the run's
 concurrency (never a client per request), with explicit lifecycle states (unopened -> opened ->
 closed, misuse raises), a :class:`BenchTimeouts` value object and an injectable transport for tests.
+Plain ``http://`` goes through :class:`~pytest_sskj.bench.transport.LeanTransport` (big reads, one pass
+over the chunked encoding per read); ``https://`` through httpx's default transport, same pool size.
 :meth:`BenchClient.stream_request` is the one timing loop for every endpoint: it stamps ``t_send``,
 iterates the response with ``aiter_raw`` (whatever the transport read, no line splitting, no size cap:
 16K-token prompts and long streams do not choke a small buffer), stamps every read, feeds the bytes to
@@ -26,6 +28,7 @@ import httpx
 from pytest_sskj.bench.endpoints import Endpoint
 from pytest_sskj.bench.records import RequestRecord
 from pytest_sskj.bench.sse import DONE, SSEParser
+from pytest_sskj.bench.transport import LeanTransport
 
 __all__ = ["BenchClient", "BenchTimeouts", "ClientState"]
 
@@ -68,13 +71,17 @@ class BenchClient:
         *,
         timeouts: BenchTimeouts | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        lean: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"BenchClient concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         self.timeouts = timeouts or BenchTimeouts()
+        self.lean = lean and transport is None
+        """Whether plain-http requests go through :class:`LeanTransport` (default) or httpx's own."""
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+        self._lean_client: httpx.AsyncClient | None = None
         self.state = ClientState.UNOPENED
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -91,13 +98,18 @@ class BenchClient:
         self._client = httpx.AsyncClient(
             limits=limits, timeout=self.timeouts.to_httpx(), transport=self._transport, trust_env=False
         )
+        if self.lean:
+            t = self.timeouts
+            lean = LeanTransport(self.concurrency, connect_timeout=t.connect_s, read_timeout=t.read_s)
+            self._lean_client = httpx.AsyncClient(timeout=t.to_httpx(), transport=lean, trust_env=False)
         self.state = ClientState.OPENED
         return self
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for c in (self._client, self._lean_client):
+            if c is not None:
+                await c.aclose()
+        self._client = self._lean_client = None
         self.state = ClientState.CLOSED
 
     async def __aenter__(self) -> BenchClient:
@@ -108,17 +120,19 @@ class BenchClient:
     ) -> None:
         await self.aclose()
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self, url: str) -> httpx.AsyncClient:
         if self._client is None:
             state = "closed" if self.state is ClientState.CLOSED else "not opened yet"
             raise RuntimeError(f"BenchClient is {state}: use 'async with BenchClient(...)' around requests")
+        if self._lean_client is not None and url.startswith("http://"):
+            return self._lean_client
         return self._client
 
     # --- small control requests ------------------------------------------------------------------
     async def get_json(self, base_url: str, path: str) -> Any | None:
         """GET ``base_url + path`` and return its JSON, or None on any error / non-200 answer."""
         try:
-            r = await self._http().get(base_url.rstrip("/") + path, timeout=30.0)
+            r = await self._http(base_url).get(base_url.rstrip("/") + path, timeout=30.0)
         except httpx.HTTPError:
             return None
         if r.status_code != 200:
@@ -137,9 +151,9 @@ class BenchClient:
         """
         url = base_url.rstrip("/") + "/flush_cache"
         try:
-            r = await self._http().post(url, timeout=60.0)
+            r = await self._http(url).post(url, timeout=60.0)
             if r.status_code == 405:  # older SGLang: GET only
-                r = await self._http().get(url, timeout=60.0)
+                r = await self._http(url).get(url, timeout=60.0)
         except httpx.HTTPError as exc:
             return f"failed: {type(exc).__name__}: {exc}"
         if 200 <= r.status_code < 300:
@@ -151,8 +165,8 @@ class BenchClient:
     # --- the timing loop -------------------------------------------------------------------------
     async def stream_request(self, base_url: str, endpoint: Endpoint, body: bytes, rec: RequestRecord) -> RequestRecord:
         """Send one streaming request and fill ``rec`` (stamps, token counts, server counts, errors)."""
-        http = self._http()
         url = base_url.rstrip("/") + endpoint.path
+        http = self._http(url)
         decoder = endpoint.decoder()
         parser = SSEParser()
         loads = json.loads

@@ -12,7 +12,7 @@ already finished.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -81,7 +81,8 @@ class RequestRecord:
             self.error = message
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # not dataclasses.asdict: it deep-copies the stamp lists, which costs more than the request
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:

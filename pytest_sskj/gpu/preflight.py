@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pytest_sskj.errors import GpuUnavailable, LauncherError
 from pytest_sskj.gpu.inventory import arch_of
 from pytest_sskj.server.launcher import Launcher
+from pytest_sskj.server.spec import ServerSpec
 
 __all__ = [
     "APPS_QUERY",
@@ -28,9 +29,11 @@ __all__ = [
     "NodeGpu",
     "NodeReport",
     "PreflightReport",
+    "gpus_per_node",
     "parse_apps_csv",
     "parse_gpu_csv",
     "preflight",
+    "preflight_spec",
 ]
 
 GPU_QUERY: tuple[str, ...] = (
@@ -284,3 +287,25 @@ def preflight(
         check_node(rep, gpus_per_node_needed, arch, max_used_mib)
         reports.append(rep)
     return PreflightReport(nodes=reports, gpus_per_node_needed=gpus_per_node_needed, arch=arch)
+
+
+def gpus_per_node(spec: ServerSpec) -> int:
+    """GPUs the spec takes on each node: 0 for the CPU engine; ``tp*pp`` (vLLM: ``*dp``) per server,
+    split over the nodes for ``placement="ranks"``, whole on every node for ``"replicas"``."""
+    if spec.engine == "embedded":
+        return 0
+    world = spec.tp * spec.pp * (spec.dp if spec.engine == "vllm" else 1)
+    if spec.placement == "replicas" or spec.nnodes == 1:
+        return world
+    return max(1, world // spec.nnodes)
+
+
+def preflight_spec(
+    launcher: Launcher, spec: ServerSpec, arch: str | None = None, *, max_used_mib: int = 2048, timeout_s: float = 30.0
+) -> PreflightReport:
+    """:func:`preflight` for every node of ``spec`` (``local`` when it names none) with its GPUs per node."""
+    nodes = spec.nodes or ("local",)
+    needed = gpus_per_node(spec)
+    if needed == 0:
+        return PreflightReport(nodes=[NodeReport(n) for n in nodes], gpus_per_node_needed=0, arch=arch)
+    return preflight(launcher, nodes, needed, arch, max_used_mib=max_used_mib, timeout_s=timeout_s)

@@ -44,6 +44,10 @@ class Similarity:
 
 
 # Against the exact (unquantized-activation) reference the users saw 0.99962 / 2.75-2.77 %: a small margin.
+# Their data and reference are not public. On synthetic Gaussian Kimi-size data the MXFP8 data flow by itself
+# (our SM120 emulation vs the fp64 exact reference) measured cosine 0.99888 / NRMSE 4.7-4.9 % (H200,
+# M=1 and M=128), i.e. outside this gate: tests on synthetic data gate the kernel against the emulation, and
+# against the exact reference only relative to what the emulation itself reaches.
 SIMILARITY_VS_EXACT = Similarity(cosine_min=0.9995, nrmse_max=0.03)
 # Against the emulation of the SM120 data flow (MXFP8 input + requant, bf16 rounding points) only fp32
 # ordering, exp/sigmoid ulps and the requant flips they cause remain: ours, an order of magnitude below the

@@ -10,10 +10,12 @@ This module owns the reference quantizers the acceptance tests compare kernels a
   ``(max, 2^(emax+1))·2^e`` saturate: E4M3 500 → 448, E2M1 7 → 6).
 
 FlashInfer's GPU kernels multiply by ``rcp.approx(448)`` instead of dividing; that only matters within an ulp
-of ``amax = 448·2^k`` (domain.md §3.4), which bit-exact tests avoid. FP4 bytes hold two E2M1 codes, the even
-element in the low nibble (domain.md §3.5). Scales are returned linear ``[..., K/32]`` or, on request, in the
-128x4 swizzle of :mod:`pytest_sskj.numerics.swizzle`. Inputs may be non-contiguous views; results do not
-depend on strides.
+of ``amax = 448·2^k`` (domain.md §3.4), which bit-exact tests avoid. The exponent is rounded up from the fp32
+bits (cvt.rp semantics); torchao 0.18's eager RCEIL uses an fp32 ``ceil(log2(·))`` that rounds *down* for
+amax one ulp above ``448·2^k`` when ``|k| >= 4`` (measured), the one place the two differ.
+FP4 bytes hold two E2M1 codes, the even element in the low nibble (domain.md §3.5). Scales are returned
+linear ``[..., K/32]`` or, on request, in the 128x4 swizzle of :mod:`pytest_sskj.numerics.swizzle`. Inputs
+may be non-contiguous views; results do not depend on strides.
 """
 
 from __future__ import annotations
@@ -108,11 +110,14 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
 
 
-def decode_fp4_packed(packed: torch.Tensor) -> torch.Tensor:
-    """fp32 values ``[..., K]`` of packed E2M1 bytes ``[..., K/2]`` with one gather (low nibble first)."""
-    table = device_table(E2M1, packed.device)
+def decode_fp4_packed(packed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Values ``[..., K]`` of packed E2M1 bytes ``[..., K/2]`` (low nibble first) with one gather, in ``dtype``.
+
+    Every E2M1 value is exact in bf16/fp16/fp32, so the result does not depend on ``dtype`` beyond storage.
+    """
+    table = device_table(E2M1, packed.device).to(dtype)
     pairs = torch.stack((table.repeat(16), table.repeat_interleave(16)), dim=-1)  # [256, 2]: (low, high)
-    values = pairs[packed.view(torch.uint8).long()]
+    values = pairs.index_select(0, packed.reshape(-1).view(torch.uint8).to(torch.int32))
     return values.reshape(*packed.shape[:-1], packed.shape[-1] * 2)
 
 

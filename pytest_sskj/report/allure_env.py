@@ -38,6 +38,23 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         out[prefix] = str(value)
 
 
+def _gpu_facts(gpu: Any, out: dict[str, str]) -> None:
+    """The ``gpu`` fact without per-device noise: count, summary, driver, CUDA, and the distinct device
+    names, architectures and memory sizes (one line each, not one per GPU)."""
+    if not isinstance(gpu, Mapping):
+        _flatten("gpu", gpu, out)
+        return
+    devices = [d for d in gpu.get("devices") or [] if isinstance(d, Mapping)]
+    _flatten("gpu", {k: v for k, v in gpu.items() if k not in ("devices", "notes")}, out)
+    for key, label in (("name", "names"), ("arch", "archs"), ("capability", "capabilities")):
+        values = sorted({str(d[key]) for d in devices if d.get(key) not in (None, "")})
+        if values:
+            out[f"gpu.{label}"] = ",".join(values)
+    mem = sorted({int(d["memory_total_mib"]) for d in devices if isinstance(d.get("memory_total_mib"), int)})
+    if mem:
+        out["gpu.memory_total_mib"] = ",".join(map(str, mem))
+
+
 def environment_facts(manifest: Mapping[str, Any]) -> dict[str, str]:
     """The ordered key/value facts of ``environment.properties`` (already redacted)."""
     m: Mapping[str, Any] = scrub(dict(manifest))
@@ -59,7 +76,7 @@ def environment_facts(manifest: Mapping[str, Any]) -> dict[str, str]:
     if s.get("isl"):
         out["shape"] = f"ISL {s.get('isl')} / OSL {s.get('osl')}, {s.get('requests')} req x {s.get('repeats')}"
     _flatten("slo", s.get("slo"), out)
-    _flatten("gpu", m.get("gpu"), out)
+    _gpu_facts(m.get("gpu"), out)
     _flatten("engine", m.get("engine") if isinstance(m.get("engine"), Mapping) else None, out)
     for name in ("sglang", "vllm", "flashinfer-python", "torch", "xllamacpp"):
         _flatten(f"{name}.version", pk.get(name), out)

@@ -20,6 +20,7 @@ from pytest_sskj.report.summary import format_chunk, summarize_points
 __all__ = [
     "find_request_files",
     "metric_value",
+    "plot_chunk_curve",
     "plot_search",
     "plot_throughput_vs_chunk",
     "plot_ttft_cdf",
@@ -69,6 +70,41 @@ def plot_throughput_vs_chunk(rows: Sequence[Mapping[str, Any]], out: Path) -> Pa
     return _save(fig, out)
 
 
+def plot_chunk_curve(verdict: Mapping[str, Any], out: Path, rows: Sequence[Mapping[str, Any]] = ()) -> Path | None:
+    """One chunk-curve verdict: its ``points`` (``chunk``, ``input_tps``) with the best chunk marked; without
+    points, the rows of its backend and concurrency."""
+    pts = [(p.get("chunk"), p.get("input_tps")) for p in verdict.get("points") or [] if isinstance(p, Mapping)]
+    line = sorted((int(c), float(v)) for c, v in pts if isinstance(c, int) and isinstance(v, (int, float)))
+    if not line:
+        mine = [
+            r
+            for r in rows
+            if r.get("backend") == verdict.get("backend")
+            and (verdict.get("concurrency") is None or r.get("concurrency") == verdict.get("concurrency"))
+        ]
+        return plot_throughput_vs_chunk(mine, out)
+    fig, ax = _figure(f"Chunk curve: {verdict.get('backend', '')} C={verdict.get('concurrency', '?')}")
+    ax.plot([c for c, _ in line], [v for _, v in line], marker="o", label=str(verdict.get("backend", "")))
+    best = verdict.get("best_chunk")
+    for c, v in line:
+        if c == best:
+            ax.plot(
+                [c],
+                [v],
+                marker="*",
+                markersize=16,
+                color="tab:green",
+                linestyle="none",
+                label=f"best chunk {format_chunk(c)}",
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([c for c, _ in line], [format_chunk(c) for c, _ in line])
+    ax.set_xlabel("chunk size (tokens)")
+    ax.set_ylabel("input throughput (tok/s, median of repeats)")
+    ax.legend()
+    return _save(fig, out)
+
+
 def plot_ttft_vs_concurrency(rows: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
     """TTFT P50 (solid) and P95 (dashed) in ms against concurrency, per backend and chunk."""
     pts = [p for p in summarize_points(rows) if p.ttft_p50_ms is not None and isinstance(p.concurrency, int)]
@@ -95,6 +131,8 @@ def plot_ttft_vs_concurrency(rows: Sequence[Mapping[str, Any]], out: Path) -> Pa
                 color=drawn[0].get_color(),
                 label=f"{backend} chunk {format_chunk(chunk)} P95",
             )
+    concs = sorted({p.concurrency for p in pts})
+    ax.set_xticks(concs, [str(c) for c in concs])
     ax.set_xlabel("concurrency (in-flight requests)")
     ax.set_ylabel("TTFT (ms)")
     ax.legend(fontsize="small")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ class Reporter:
             return
         row = self.writer.add_row(result)
         sskj_allure.attach_json(
-            f"metrics {row.get('backend')} chunk {row.get('chunk')} C={row.get('concurrency')} r{row.get('repeat')}",
+            f"result row {row.get('backend')} chunk {row.get('chunk')} C={row.get('concurrency')} r{row.get('repeat')}",
             row,
         )
         self._summary(plots=False)
@@ -141,13 +142,13 @@ class Reporter:
                 path = plots.plot_search(
                     verdict, out / plots.search_plot_name(max(n, 0), verdict), [str(g) for g in self.settings.slo]
                 )
-            elif kind in ("chunk_curve", "comparison"):
-                rows = self.writer.rows()
-                path = (
-                    plots.plot_throughput_vs_chunk(rows, out / "throughput_vs_chunk.png")
-                    if kind == "chunk_curve"
-                    else plots.plot_ttft_vs_concurrency(rows, out / "ttft_vs_concurrency.png")
+            elif kind == "chunk_curve":
+                name = re.sub(
+                    r"[^A-Za-z0-9_.-]", "_", f"chunk_curve_{verdict.get('backend')}_c{verdict.get('concurrency')}"
                 )
+                path = plots.plot_chunk_curve(verdict, out / f"{name}.png", self.writer.rows())
+            elif kind == "comparison":
+                path = plots.plot_ttft_vs_concurrency(self.writer.rows(), out / "ttft_vs_concurrency.png")
         except Exception as exc:  # a plot must never fail the test it illustrates
             _log.warning("pytest-sskj: could not draw the %s plot: %s", kind, exc)
             return

@@ -1,6 +1,8 @@
 """Release marking: a run becomes release ``<tag>`` only when every required suite is green.
 
-``python -m pytest_sskj release mark --run RUN_ID --tag NAME`` reads ``<reports>/<run>/outcomes.json``
+``python -m pytest_sskj release mark --run RUN_ID [--run RUN_ID2] --tag NAME`` reads
+``<reports>/<run>/outcomes.json`` of each run (several runs are judged together: CI runs ``acceptance/``
+and ``unit/`` as two sessions)
 (recorded by the reporter plugin) and the repository's ``release.toml`` (which suites are required,
 e.g. ``unit`` and ``acceptance``), and writes ``<reports>/releases/<tag>.json`` — verdict, suites and
 counts, the run manifest, the A/B comparison and SLO/search figures, the summary table — only when
@@ -30,6 +32,7 @@ __all__ = [
     "ReleaseRefused",
     "find_config",
     "judge",
+    "judge_tests",
     "list_releases",
     "load_config",
     "mark",
@@ -100,16 +103,9 @@ def load_config(path: Path) -> ReleaseConfig:
     return ReleaseConfig(tuple(suites), {str(k): int(v) for k, v in mins.items()}, path)
 
 
-def judge(
-    outcomes: Mapping[str, Any], manifest: Mapping[str, Any], config: ReleaseConfig
-) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """Per-suite outcome counts and every reason the run is not releasable (empty: releasable)."""
+def _run_reasons(outcomes: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[str]:
+    """Why one run is not a complete verdict (crashed, interrupted, still running)."""
     reasons: list[str] = []
-    tests = [t for t in outcomes.get("tests", []) if isinstance(t, Mapping)]
-    suites: dict[str, dict[str, int]] = {}
-    for t in tests:
-        c = suites.setdefault(str(t.get("suite")), {})
-        c[str(t.get("outcome"))] = c.get(str(t.get("outcome")), 0) + 1
     if not outcomes.get("complete"):
         reasons.append("the run did not finish: outcomes.json is not marked complete (crashed or interrupted run)")
     status = manifest.get("status")
@@ -120,12 +116,29 @@ def judge(
         reasons.append(
             f"pytest exit status {exitstatus} (interrupted, internal or usage error): the run is not a complete verdict"
         )
+    return reasons
+
+
+def _short(message: str, limit: int = 300) -> str:
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "\u2026"
+
+
+def judge_tests(
+    tests: Sequence[Mapping[str, Any]], config: ReleaseConfig
+) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Per-suite outcome counts and every reason the tests do not make a release (empty: they do)."""
+    reasons: list[str] = []
+    suites: dict[str, dict[str, int]] = {}
+    for t in tests:
+        c = suites.setdefault(str(t.get("suite")), {})
+        c[str(t.get("outcome"))] = c.get(str(t.get("outcome")), 0) + 1
     for suite in config.required_suites:
         counts = suites.get(suite)
         if not counts:
             reasons.append(
                 f"required suite {suite!r} has no test results in this run; run it "
-                f"(e.g. pytest {suite}/) in the same session"
+                f"(e.g. pytest {suite}/) in the same session, or name its run with another --run"
             )
             continue
         total = sum(counts.values())
@@ -134,9 +147,18 @@ def judge(
             reasons.append(f"required suite {suite!r} ran {total} test(s); release.toml asks for at least {need}")
     for t in sorted(tests, key=lambda t: str(t.get("nodeid"))):
         if t.get("suite") in config.required_suites and t.get("outcome") != "passed":
-            msg = f": {t['message']}" if t.get("message") else ""
+            msg = f": {_short(str(t['message']))}" if t.get("message") else ""
             reasons.append(f"required test {t.get('nodeid')} {t.get('outcome')} (in {t.get('when')}){msg}")
     return suites, reasons
+
+
+def judge(
+    outcomes: Mapping[str, Any], manifest: Mapping[str, Any], config: ReleaseConfig
+) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Per-suite outcome counts and every reason one run is not releasable (empty: releasable)."""
+    tests = [t for t in outcomes.get("tests", []) if isinstance(t, Mapping)]
+    suites, reasons = judge_tests(tests, config)
+    return suites, _run_reasons(outcomes, manifest) + reasons
 
 
 def _reports(reports_dir: Path | None) -> Path:
@@ -174,44 +196,87 @@ def _figures(run_dir: Path, baseline: str | None) -> dict[str, Any]:
     }
 
 
-def mark(run_id: str, tag: str, *, reports_dir: Path | None = None, config: ReleaseConfig, force: bool = False) -> Path:
-    """Write ``releases/<tag>.json`` for ``run_id`` or raise :class:`ReleaseRefused` with every reason."""
-    if not _TAG.match(tag):
-        raise ReleaseRefused(
-            run_id,
-            tag,
-            [f"tag {tag!r} is not a file-name-safe name (letters, digits, . _ + -; starting with a letter or digit)"],
-        )
-    run_dir = _reports(reports_dir) / run_id
-    if not run_dir.is_dir():
-        raise ReleaseRefused(run_id, tag, [f"run directory {run_dir} does not exist (see --reports-dir)"])
-    out = _release_dir(reports_dir) / f"{tag}.json"
-    if out.exists() and not force:
-        raise ReleaseRefused(run_id, tag, [f"release {tag!r} already exists ({out}); pick another tag or --force"])
-    try:
-        outcomes = load_outcomes(run_dir)
-    except (FileNotFoundError, ValueError) as exc:
-        raise ReleaseRefused(run_id, tag, [str(exc)]) from None
+def _load_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(outcomes, manifest) of one run; ``ValueError``/``FileNotFoundError`` say what is missing."""
+    outcomes = load_outcomes(run_dir)
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise ReleaseRefused(run_id, tag, [f"{run_dir / 'manifest.json'} is missing or unreadable: {exc}"]) from None
-    suites, reasons = judge(outcomes, manifest, config)
+        raise ValueError(f"{run_dir / 'manifest.json'} is missing or unreadable: {exc}") from None
+    return outcomes, manifest if isinstance(manifest, dict) else {}
+
+
+def mark(
+    run_id: str | Sequence[str],
+    tag: str,
+    *,
+    reports_dir: Path | None = None,
+    config: ReleaseConfig,
+    force: bool = False,
+) -> Path:
+    """Write ``releases/<tag>.json`` for one run (or several runs judged together, e.g. the acceptance and
+    the unit session of one CI job) or raise :class:`ReleaseRefused` with every reason."""
+    runs = [run_id] if isinstance(run_id, str) else list(run_id)
+    shown = "+".join(runs)
+    if not runs:
+        raise ReleaseRefused(shown, tag, ["no run given (--run RUN_ID)"])
+    if not _TAG.match(tag):
+        raise ReleaseRefused(
+            shown,
+            tag,
+            [f"tag {tag!r} is not a file-name-safe name (letters, digits, . _ + -; starting with a letter or digit)"],
+        )
+    out = _release_dir(reports_dir) / f"{tag}.json"
+    if out.exists() and not force:
+        raise ReleaseRefused(shown, tag, [f"release {tag!r} already exists ({out}); pick another tag or --force"])
+    reasons: list[str] = []
+    tests: dict[str, dict[str, Any]] = {}
+    loaded: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for rid in runs:
+        prefix = f"run {rid}: " if len(runs) > 1 else ""
+        run_dir = _reports(reports_dir) / rid
+        if not run_dir.is_dir():
+            reasons.append(f"{prefix}run directory {run_dir} does not exist (see --reports-dir)")
+            continue
+        try:
+            outcomes, manifest = _load_run(run_dir)
+        except (FileNotFoundError, ValueError) as exc:
+            reasons.append(f"{prefix}{exc}")
+            continue
+        loaded[rid] = (outcomes, manifest)
+        reasons += [prefix + r for r in _run_reasons(outcomes, manifest)]
+        for t in outcomes.get("tests", []):
+            if not isinstance(t, dict):
+                continue
+            prev = tests.get(str(t.get("nodeid")))
+            if prev is None or prev.get("outcome") == "passed":  # a test run twice must pass both times
+                tests[str(t.get("nodeid"))] = t
+    suites, test_reasons = judge_tests(list(tests.values()), config)
+    if loaded:  # with no readable run, the run problems above are the whole story
+        reasons += test_reasons
     if reasons:
-        raise ReleaseRefused(run_id, tag, reasons)
-    settings = manifest.get("settings") or {}
-    backends = settings.get("backends") or []
+        raise ReleaseRefused(shown, tag, reasons)
+    counts: dict[str, int] = {}
+    for t in tests.values():
+        counts[str(t.get("outcome"))] = counts.get(str(t.get("outcome")), 0) + 1
+    with_results = [r for r in runs if (_reports(reports_dir) / r / "results.jsonl").is_file()] or runs
+    main_run = with_results[0]
+    manifest = loaded[main_run][1]
+    backends = (manifest.get("settings") or {}).get("backends") or []
     record = {
         "tag": tag,
         "verdict": "release",
         "marked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "run_id": run_id,
+        "run_id": runs[0] if len(runs) == 1 else runs,
         "required_suites": list(config.required_suites),
         "suites": suites,
-        "counts": outcomes.get("counts", {}),
+        "counts": counts,
         "manifest": manifest,
-        "figures": _figures(run_dir, str(backends[0]) if backends else None),
+        "figures": _figures(_reports(reports_dir) / main_run, str(backends[0]) if backends else None),
     }
+    if len(runs) > 1:
+        record["manifests"] = {rid: loaded[rid][1] for rid in runs}
+        record["figures_run"] = main_run
     atomic_write_text(out, json.dumps(scrub(record), indent=2, sort_keys=True, default=str) + "\n")
     return out
 
@@ -225,7 +290,7 @@ def list_releases(reports_dir: Path | None = None) -> list[dict[str, Any]]:
             out.append(
                 {
                     "tag": d.get("tag", path.stem),
-                    "run_id": d.get("run_id"),
+                    "run_id": "+".join(d["run_id"]) if isinstance(d.get("run_id"), list) else d.get("run_id"),
                     "marked_at": d.get("marked_at"),
                     "counts": d.get("counts", {}),
                     "suites": sorted(d.get("suites", {})),

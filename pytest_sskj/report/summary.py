@@ -69,7 +69,9 @@ def format_ms(ms: float | None) -> str:
 
 
 def format_chunk(chunk: Any) -> str:
-    """``4K`` for 4096, ``1536`` for sizes that are not whole K."""
+    """``4K`` for 4096, ``1536`` for sizes that are not whole K, ``-`` for no chunk (engine default)."""
+    if chunk is None:
+        return "-"
     try:
         n = int(chunk)
     except (TypeError, ValueError):
@@ -93,10 +95,13 @@ def _sort_key(v: Any) -> tuple[int, float, str]:
 
 
 def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = None) -> list[PointSummary]:
-    """One :class:`PointSummary` per (chunk, C, backend); ``baseline`` defaults to the first backend seen."""
+    """One :class:`PointSummary` per (chunk, C, backend) of the serving rows (rows of ``kind`` ``search``
+    are left out); ``baseline`` defaults to the first backend seen."""
     groups: dict[tuple[Any, Any, str], list[Mapping[str, Any]]] = {}
     backends: list[str] = []
     for r in rows:
+        if r.get("kind", "serve") != "serve":  # concurrency-search steps have their own table
+            continue
         b = str(r.get("backend"))
         if b not in backends:
             backends.append(b)
@@ -173,7 +178,9 @@ def _subject(v: Mapping[str, Any]) -> str:
 def _num(v: Any) -> str:
     if v is None:
         return "n/a"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
 
 
 def render_summary(
@@ -284,10 +291,11 @@ def render_summary(
     if gates:
         lines += ["", "## SLO gates", ""]
         lines += _table(
-            ["Subject", "Gate", "Measured", "Result"],
+            ["Subject", "Repeat", "Gate", "Measured", "Result"],
             (
                 [
                     _subject(v),
+                    _num(g.get("repeat")) if g.get("repeat") is not None else "-",
                     f"{g.get('metric')} {g.get('op', '<')} {_num(g.get('threshold'))}",
                     _num(g.get("value")),
                     _verdict_word(g),

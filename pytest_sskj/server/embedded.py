@@ -11,6 +11,8 @@ Three parts (embedded-engine.md §1b-§1d):
   runs the server in-process, prints ``sskj-embedded: listening on http://H:PORT`` (port 0 binds a free
   one) and exits 0 on SIGTERM/SIGINT.  ``--parallel`` is the slot count (the ``parallel`` backend = 8 slots
   with continuous batching, ``serial`` = 1 slot), ``--batch`` is llama.cpp's ``n_batch`` (the "chunk").
+  It computes with 1 thread and no busy-polling by default: on a shared 2-core machine 2 polling threads made
+  every step wait for both to be scheduled (10-20x slower under load); ``--threads``/``--poll`` override.
 * :func:`embedded_server` starts that command through the local launcher, waits for ``/health`` and
   yields the base URL; the tree is torn down on exit.
 """
@@ -297,10 +299,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=0, help="0 binds a free port (printed on stdout)")
     s.add_argument("--parallel", type=int, default=8, help="slots (concurrent sequences); 1 serializes requests")
     s.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="n_batch: tokens per prefill step (chunk)")
-    s.add_argument("--threads", type=int, default=None, help="CPU threads (default: min(2, cores))")
+    s.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads (default 1: on a shared 2-core CI box, 2 threads made every step wait for both to be "
+        "scheduled, 10-20x slower under load)",
+    )
     s.add_argument("--ctx-per-slot", type=int, default=CTX_PER_SLOT, help="context tokens per slot")
-    s.add_argument("--poll", type=int, default=0,
-                   help="llama.cpp threadpool busy-poll level 0-100 (0: sleep, friendly to shared CPUs)")
+    s.add_argument(
+        "--poll",
+        type=int,
+        default=0,
+        help="llama.cpp threadpool busy-poll level 0-100 (0: sleep, friendly to shared CPUs)",
+    )
     s.add_argument("--alias", default=None, help="model name served by /v1/models")
     s.add_argument("--no-metrics", action="store_true", help="disable the Prometheus /metrics endpoint")
     m = sub.add_parser("make-model", help="write the tiny GGUF model")
@@ -327,7 +339,7 @@ def _serve(a: argparse.Namespace) -> int:
     # synchronously in this thread: a signal delivered to a C++ worker thread would never wake us.
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-    threads = a.threads or max(1, min(2, os.cpu_count() or 1))
+    threads = max(1, a.threads)
     p = xlc.CommonParams()
     p.model.path = str(a.model)
     if a.alias:

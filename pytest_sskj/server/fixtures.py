@@ -58,7 +58,8 @@ def _launcher_factory(settings: Settings, worker: str = "") -> Callable[[], Laun
 
         if settings.launcher == "local":
             tag = f"-{worker}" if worker else ""
-            return get_launcher("local", reaper_state=settings.run_dir / "logs" / f"reaper{tag}.json")
+            state = settings.reports_dir / ".cache" / "reaper" / f"{settings.run_id}{tag}.json"
+            return get_launcher("local", reaper_state=state)
         module, _, name = LAUNCHERS[settings.launcher].partition(":")
         cls = getattr(importlib.import_module(module), name)
         from_settings = getattr(cls, "from_settings", None)

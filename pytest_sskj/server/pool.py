@@ -189,6 +189,7 @@ class ServerPool:
         self.starts: dict[str, int] = {}
         self.closed = False
         self.close_report: CloseReport | None = None
+        self._addresses: dict[str, str] = {}
 
     # -- launcher ------------------------------------------------------------------------------------
     @property
@@ -288,11 +289,39 @@ class ServerPool:
             self.running[spec] = running
         return running
 
+    def _spawn(self, items: list[tuple[NodeCommand, Path]], server: RunningServer) -> list[ProcessHandle]:
+        """Start every rank; a launcher with ``start_many`` (ssh) opens its connections in parallel."""
+        start_many = getattr(self.launcher, "start_many", None)
+        if callable(start_many) and len(items) > 1:
+            handles = list(start_many(items))
+            self.launched.extend(handles)
+            server.handles.extend(handles)
+            return handles
+        for cmd, log_path in items:
+            handle = self.launcher.start(cmd, log_path)
+            self.launched.append(handle)
+            server.handles.append(handle)
+        return list(server.handles)
+
     def _terminate(self, handles: Sequence[ProcessHandle]) -> None:
-        # ranks >= 1 first: SGLang rank 0 then sees no half-dead peers answering its collectives
-        for h in sorted(handles, key=lambda h: -h.rank):
-            if h.pids() or h.poll() is None:
+        """Stop every rank's tree, all ranks at once (a remote terminate is a round trip per rank)."""
+        todo = [h for h in handles if h.poll() is None or h.pids()]
+        if len(todo) <= 1:
+            for h in todo:
                 h.terminate(self.stop_timeout_s)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="sskj-stop") as ex:
+            for fut in [ex.submit(h.terminate, self.stop_timeout_s) for h in todo]:
+                fut.result()
+
+    def _address(self, node: str) -> str:
+        """The host for a node's URL: the launcher's resolution (ssh ``HostName``) when it has one."""
+        if node not in self._addresses:
+            resolve = getattr(self.launcher, "address", None)
+            self._addresses[node] = str(resolve(node)) if callable(resolve) else node
+        return self._addresses[node]
 
     def _effective(self, spec: ServerSpec) -> ServerSpec:
         if spec.engine == "embedded" and not spec.model_path:
@@ -308,10 +337,19 @@ class ServerPool:
         return list(cmds) if cmds else node_commands(spec)
 
     def _url(self, cmd: NodeCommand, log_path: Path, offset: int) -> str | Callable[[], str | None]:
-        if cmd.port == 0:
-            return lambda: address_from_log(log_path, offset)
-        host = "127.0.0.1" if cmd.node in ("local", "localhost") else cmd.node
-        return f"http://{host}:{cmd.port}"
+        local = cmd.node in ("local", "localhost")
+        if cmd.port == 0:  # the server bound a free port and printed its address
+
+            def printed() -> str | None:
+                url = address_from_log(log_path, offset)
+                if url is None or local:
+                    return url
+                port = url.rsplit(":", 1)[1]
+                return f"http://{self._address(cmd.node)}:{port}"  # a remote server prints its bind address
+
+            return printed
+        host = "127.0.0.1" if local else self._address(cmd.node)
+        return f"http://{'[' + host + ']' if ':' in host else host}:{cmd.port}"
 
     def _start(self, spec: ServerSpec) -> RunningServer:
         eff = self._effective(spec)
@@ -322,14 +360,17 @@ class ServerPool:
         server = RunningServer(spec=spec, urls=[], commands=cmds, oracle=oracle)
         urls: list[str | Callable[[], str | None]] = []
         t0 = time.perf_counter()
+        tag = f"-{self.name_tag}" if self.name_tag else ""
+        items = [
+            (
+                cmd,
+                self.log_dir / cmd.node / f"{eff.engine}-{spec.label}-{spec.key()}{tag}-rank{cmd.rank}"
+                f"{f'-{n}' if n > 1 else ''}.log",
+            )
+            for cmd in cmds
+        ]
         try:
-            for cmd in cmds:
-                tag = f"-{self.name_tag}" if self.name_tag else ""
-                name = f"{eff.engine}-{spec.label}-{spec.key()}{tag}-rank{cmd.rank}" + (f"-{n}" if n > 1 else "")
-                log_path = self.log_dir / cmd.node / f"{name}.log"
-                handle = self.launcher.start(cmd, log_path)
-                self.launched.append(handle)
-                server.handles.append(handle)
+            for cmd, handle in zip(cmds, self._spawn(items, server), strict=True):
                 server.log_paths[_rank_key(cmd.node, cmd.rank)] = handle.log_path
                 offset = int(getattr(handle, "log_offset", 0))
                 oracle.add(handle.log_path, cmd.node, cmd.rank, offset=offset)

@@ -113,6 +113,7 @@ class ManagedProcess:
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._known: dict[int, float | None] = {}
+        self._done = False
         with log_path.open("ab") as log:
             self.log_offset = log.tell()
             """Size of the log before this process wrote to it (a reused log file is appended to)."""
@@ -152,11 +153,16 @@ class ManagedProcess:
 
     def pids(self) -> list[int]:
         """Every live PID of the tree: descendants of the top process plus session members and known orphans."""
+        if self._done:
+            return []
         live = set(tree_pids(self.pid)) | set(session_pids(self.pid))
         self._remember(sorted(live))
         live |= {pid for pid, ct in self._known.items() if _alive(pid, ct)}
         if self.popen.poll() is not None:
             live.discard(self.pid)  # reaped: the number may already belong to someone else
+            if not live:
+                # the session is empty, so its id may be reused by a stranger's setsid(): never look again
+                self._done = True
         return sorted(live)
 
     # -- teardown ------------------------------------------------------------------------------------

@@ -11,8 +11,10 @@ server and the remote log survives for post-mortems.  :class:`SshProcess` (the
 :class:`~pytest_sskj.server.launcher.ProcessHandle`) answers ``poll`` from the ssh exit status (the
 remote exit code, signals as negative numbers), ``pids`` by querying the remote session and its
 descendants, and ``terminate`` by SIGTERM -> wait -> SIGKILL of that whole remote tree, verified empty.
-Connection settings (user, port, identity, ``-o`` options, an ssh_config file for host aliases like
-``601``) come from :class:`~pytest_sskj.settings.Settings` via :meth:`SshLauncher.from_settings`.
+A lost connection is healed on the next ``poll``: the stream re-attaches at the last byte received.
+The remote shell programs live in :mod:`pytest_sskj.server.remote_sh`.  Connection settings (user,
+port, identity, ``-o`` options, an ssh_config file for host aliases like ``601``) come from
+:class:`~pytest_sskj.settings.Settings` via :meth:`SshLauncher.from_settings`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ from typing import Any, TypeVar
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.report.redact import is_secret_name, redact_argv, redact_text
 from pytest_sskj.server.launcher import CommandResult
+from pytest_sskj.server.remote_sh import (
+    bootstrap_script,
+    pids_script,
+    resume_script,
+    state_script,
+    terminate_script,
+)
 from pytest_sskj.server.spec import NodeCommand
 
 __all__ = [
@@ -43,28 +52,13 @@ __all__ = [
     "bootstrap_script",
     "rank_log_path",
     "ssh_options_from_settings",
-]
+]  # bootstrap_script is re-exported from remote_sh
 
 _BANNER = re.compile(rb"^\[sskj\] node=\S+ rank=\d+ pid=(\d+) started")
 _CLOSING = re.compile(rb"^\[sskj\] node=\S+ rank=\d+ pid=\d+ exited with status (\d+)")
 _OWN_LINE = re.compile(rb"^\[sskj\] node=\S+ rank=\d+ ")
 _MAX_RESUMES = 20
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SSH_FAILED = 255
-
-# Remote shell fragment: every PID of the session started by the rank (SID = $pid) plus every descendant
-# of those processes (a child that called setsid itself is still found through its parent).
-_TREE_FN = r"""
-tree() {
-  ps -e -o pid= -o ppid= -o sid= 2>/dev/null | awk -v s="$1" '
-    { p[NR] = $1; pp[NR] = $2; sd[NR] = $3 }
-    END {
-      for (i = 1; i <= NR; i++) if (sd[i] == s) t[p[i]] = 1
-      do { ch = 0; for (i = 1; i <= NR; i++) if (!(p[i] in t) && (pp[i] in t)) { t[p[i]] = 1; ch = 1 } } while (ch)
-      for (k in t) print k
-    }'
-}
-"""
 
 
 def rank_log_path(run_dir: Path, cmd: NodeCommand) -> Path:
@@ -75,49 +69,6 @@ def rank_log_path(run_dir: Path, cmd: NodeCommand) -> Path:
 def _exit_code(rc: int) -> int:
     """A shell exit status as a Popen-style code: 128+N (killed by signal N) becomes -N."""
     return -(rc - 128) if 128 < rc < 128 + 65 else rc
-
-
-def bootstrap_script(cmd: NodeCommand, state_dir: str, *, banner_argv: Sequence[str] | None = None) -> str:
-    """The POSIX sh script fed to ``ssh node sh -s`` that starts ``cmd`` in its own session on the node.
-
-    Environment values are ``export``-ed inside the script (never on a command line); ``$state_dir``
-    receives ``pid``, ``out.log`` and, once the command has exited, ``rc``.  The script's own output
-    is a banner, the streamed log and a closing line; its exit status is the command's.
-    """
-    lines = [
-        "set -u",
-        f"d={shlex.quote(state_dir)}",
-        'mkdir -p -m 700 "$d" || { echo "[sskj] cannot create $d on $(hostname)" >&2; exit 97; }',
-        'rm -f "$d/rc" "$d/pid"',
-        ': > "$d/out.log"',
-    ]
-    for name, value in cmd.env:
-        if not _ENV_NAME.match(name):
-            raise LauncherError(
-                f"environment name {name!r} of node {cmd.node} is not a shell identifier; "
-                "use NAME=VALUE with letters, digits and underscores"
-            )
-        lines.append(f"export {name}={shlex.quote(value)}")
-    lines.append("export PYTHONUNBUFFERED=${PYTHONUNBUFFERED:-1}")
-    shown = shlex.join(redact_argv(banner_argv if banner_argv is not None else cmd.argv))
-    lines += [
-        f'setsid {shlex.join(cmd.argv)} </dev/null >>"$d/out.log" 2>&1 &',
-        "pid=$!",
-        'echo "$pid" > "$d/pid"',
-        "trap '' HUP PIPE",  # a dropped connection must not stop this script from recording the exit status
-        # one line whatever the argv holds (a -c program with newlines): the stream offset counts log bytes only
-        f"printf '%s\\n' {shlex.quote(f'[sskj] node={cmd.node} rank={cmd.rank} pid=')}\"$pid\"' started on '"
-        f'"$(hostname)"{shlex.quote(": " + shown.replace(chr(10), chr(92) + "n"))}',
-        'tail -n +1 -s 0.2 -F --pid="$pid" "$d/out.log" 2>/dev/null &',
-        "tp=$!",
-        'wait "$pid"',
-        "rc=$?",
-        'echo "$rc" > "$d/rc"',
-        'wait "$tp"',
-        f'echo "[sskj] node={cmd.node} rank={cmd.rank} pid=$pid exited with status $rc"',
-        'exit "$rc"',
-    ]
-    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -251,17 +202,7 @@ class SshProcess:
     def _resume(self) -> None:
         """Reconnect the log stream from where it stopped; its exit status is the rank's, as recorded remotely."""
         self.resumes += 1
-        d = shlex.quote(self.state_dir)
-        tag = f"[sskj] node={self.node} rank={self.rank}"
-        script = f"""d={d}
-pid=$(cat "$d/pid") || exit 255
-echo "{tag} stream resumed at byte {self._log_bytes} after a lost connection"
-tail -c +{self._log_bytes + 1} -s 0.2 -F --pid="$pid" "$d/out.log" 2>/dev/null
-i=0; while [ ! -s "$d/rc" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-rc=$(cat "$d/rc" 2>/dev/null) || rc=255
-echo "{tag} pid=$pid exited with status $rc"
-exit "$rc"
-"""
+        script = resume_script(self.node, self.rank, self.state_dir, self._log_bytes)
         self._join_pumps(2.0)
         proc = self._launcher._popen_shell(self.node)
         assert proc.stdin is not None
@@ -327,10 +268,14 @@ exit "$rc"
         return self._rc
 
     def pids(self) -> list[int]:
-        """PIDs of the rank's live remote tree (its session plus descendants), queried on the node."""
-        res = self._launcher.shell(
-            self.node, _TREE_FN + f'pid=$(cat {shlex.quote(self.state_dir)}/pid 2>/dev/null) || exit 0\ntree "$pid"\n'
-        )
+        """PIDs of the rank's live remote tree (its session plus descendants), queried on the node.
+
+        After :meth:`terminate` has verified on the node that the tree is empty, nothing of it can come
+        back (a tree only grows from its own members), so the answer is ``[]`` without another query.
+        """
+        if self.terminated:
+            return []
+        res = self._launcher.shell(self.node, pids_script(self.state_dir))
         if res.returncode != 0:
             raise LauncherError(
                 f"could not list the processes of rank {self.rank} on {self.node}: "
@@ -343,19 +288,7 @@ exit "$rc"
 
         Raises :class:`LauncherError` naming the survivors when the tree cannot be emptied.
         """
-        script = (
-            _TREE_FN
-            + f"""
-d={shlex.quote(self.state_dir)}
-pid=$(cat "$d/pid" 2>/dev/null) || {{ echo "left:"; exit 0; }}
-t=$(tree "$pid"); [ -n "$t" ] && kill -TERM $t 2>/dev/null
-i=0; n={max(1, int(timeout_s * 10))}
-while [ -n "$(tree "$pid")" ] && [ $i -lt $n ]; do sleep 0.1; i=$((i + 1)); done
-t=$(tree "$pid"); [ -n "$t" ] && kill -KILL $t 2>/dev/null
-i=0; while [ -n "$(tree "$pid")" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-echo "left:" $(tree "$pid")
-"""
-        )
+        script = terminate_script(self.state_dir, timeout_s)
         res = self._launcher.shell(self.node, script, timeout_s=timeout_s + 30.0)
         left = res.stdout.split("left:")[-1].split() if "left:" in res.stdout else None
         try:
@@ -409,14 +342,22 @@ class SshLauncher:
     ) -> None:
         if settings is not None and ssh is None:
             ssh = ssh_options_from_settings(settings)
+        unknown = sorted(set(options) - set(SshOptions.__dataclass_fields__))
+        if unknown:
+            raise LauncherError(
+                f"unknown ssh launcher option(s) {', '.join(unknown)}; known: "
+                f"{', '.join(SshOptions.__dataclass_fields__)}, remote_root, secrets, start_timeout_s, settings"
+            )
         if ssh is None:
-            ssh = SshOptions(**{k: v for k, v in options.items() if k in SshOptions.__dataclass_fields__})
+            ssh = SshOptions(**options)
         self.ssh = ssh
         self.token = f"sskj-{time.strftime('%Y%m%d-%H%M%S')}-{_secrets.token_hex(3)}"
         self.remote_root = remote_root.rstrip("/") or "/tmp"
-        self.secrets = tuple(secrets)
+        # an identity path counts as a secret too: ssh's own messages quoting it are redacted in the logs
+        self.secrets = (*secrets, *((str(ssh.identity),) if ssh.identity is not None else ()))
         self.start_timeout_s = start_timeout_s if start_timeout_s is not None else ssh.connect_timeout_s + 20.0
         self.started: list[SshProcess] = []
+        self._count = 0
 
     @classmethod
     def from_settings(cls, settings: Any, **kw: Any) -> SshLauncher:
@@ -468,7 +409,8 @@ class SshLauncher:
         return [r for r in results if not isinstance(r, LauncherError)]
 
     def _spawn(self, cmd: NodeCommand, log_path: Path) -> SshProcess:
-        state = f"{self.remote_root}/{self.token}/{_safe(cmd.node)}-rank{cmd.rank}"
+        self._count += 1  # a restarted rank never shares a state directory with its predecessor
+        state = f"{self.remote_root}/{self.token}/{_safe(cmd.node)}-rank{cmd.rank}-{self._count}"
         secret_values = (*self.secrets, *(v for k, v in cmd.env if is_secret_name(k) and v))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         proc = self._popen_shell(cmd.node)
@@ -512,14 +454,10 @@ class SshLauncher:
             if h.terminated or h._proc.poll() not in (None, _SSH_FAILED):
                 by_node.setdefault(h.node, []).append(h.state_dir)
         root = shlex.quote(self.remote_root + "/" + self.token)
-        _parallel(
-            lambda item: self.shell(
-                item[0],
-                "rm -rf " + " ".join(shlex.quote(d) for d in item[1]) + f"\nrmdir {root} 2>/dev/null; exit 0\n",
-                15.0,
-            ),
-            list(by_node.items()),
-        )
+        items = list(by_node.items())
+        _parallel(lambda it: self.shell(it[0], "rm -rf " + " ".join(shlex.quote(d) for d in it[1]) + "\n", 15.0), items)
+        # after every node removed its directories (nodes may share one file system)
+        _parallel(lambda it: self.shell(it[0], f"rmdir {root} 2>/dev/null; exit 0\n", 15.0), items)
 
     # -- queries -------------------------------------------------------------------------------------------
     def address(self, node: str) -> str:
@@ -547,13 +485,7 @@ class SshLauncher:
 
     def remote_state(self, node: str, state_dir: str) -> RemoteState:
         """PID, recorded exit status and liveness of a rank, read from its remote state directory."""
-        d = shlex.quote(state_dir)
-        res = self.shell(
-            node,
-            f'echo "pid=$(cat {d}/pid 2>/dev/null)"\necho "rc=$(cat {d}/rc 2>/dev/null)"\n'
-            f'p=$(cat {d}/pid 2>/dev/null) && kill -0 "$p" 2>/dev/null && echo alive=1\n',
-            15.0,
-        )
+        res = self.shell(node, state_script(state_dir), 15.0)
         vals: dict[str, int] = {}
         for line in res.stdout.splitlines():
             k, _, v = line.partition("=")

@@ -66,8 +66,11 @@ def timing_errors(
             if prev_delay is not None:
                 itl_err.append(delay - prev_delay)
             prev_delay = delay
-    out: dict[str, Any] = {"requests_matched": len(ttft_err), "requests_unmatched": unmatched,
-                           "itl_samples": len(itl_err)}
+    out: dict[str, Any] = {
+        "requests_matched": len(ttft_err),
+        "requests_unmatched": unmatched,
+        "itl_samples": len(itl_err),
+    }
     out.update(_stats("ttft_err", ttft_err))
     out.update(_stats("itl_err", itl_err))
     return out

@@ -38,10 +38,20 @@ def test_unknown_endpoint_lists_the_known_ones() -> None:
 
 def test_generate_decoder_counts_cumulative_frames_by_completion_tokens() -> None:
     d = get_endpoint("generate").decoder()
-    f1 = d.decode({"text": "a", "output_ids": [1], "meta_info": {"completion_tokens": 1, "prompt_tokens": 8,
-                                                                  "finish_reason": None}})
-    f2 = d.decode({"text": "abc", "output_ids": [1, 2, 3], "meta_info": {"completion_tokens": 3, "prompt_tokens": 8,
-                                                                          "finish_reason": {"type": "length"}}})
+    f1 = d.decode(
+        {
+            "text": "a",
+            "output_ids": [1],
+            "meta_info": {"completion_tokens": 1, "prompt_tokens": 8, "finish_reason": None},
+        }
+    )
+    f2 = d.decode(
+        {
+            "text": "abc",
+            "output_ids": [1, 2, 3],
+            "meta_info": {"completion_tokens": 3, "prompt_tokens": 8, "finish_reason": {"type": "length"}},
+        }
+    )
     assert f1 == FrameInfo(1, None, 8, 1)
     assert f2 == FrameInfo(2, "length", 8, 3), "a cumulative frame adds only the new tokens"
 
@@ -97,8 +107,17 @@ def test_workload_is_deterministic_and_fresh_per_repeat() -> None:
 
 
 def test_workload_avoids_listed_ids_and_honours_range_ratio() -> None:
-    w = Workload(isl=100, osl=50, requests=50, concurrency=1, warmup=0, range_ratio=0.5, vocab_low=10,
-                 vocab_high=14, avoid_ids=(11, 12))
+    w = Workload(
+        isl=100,
+        osl=50,
+        requests=50,
+        concurrency=1,
+        warmup=0,
+        range_ratio=0.5,
+        vocab_low=10,
+        vocab_high=14,
+        avoid_ids=(11, 12),
+    )
     plan = plan_requests(w)
     assert {t for p in plan for t in p.prompt_ids} == {10, 13}
     assert all(50 <= p.isl <= 100 and 25 <= p.osl <= 50 for p in plan)

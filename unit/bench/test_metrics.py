@@ -17,8 +17,17 @@ from pytest_sskj.bench.metrics import (
 from pytest_sskj.bench.records import RequestRecord
 
 
-def rec(index: int, t_send: float, chunks: list[tuple[float, int]], t_end: float, *, ct: int | None,
-        pt: int | None = 8, failure: str | None = None, warmup: bool = False) -> RequestRecord:
+def rec(
+    index: int,
+    t_send: float,
+    chunks: list[tuple[float, int]],
+    t_end: float,
+    *,
+    ct: int | None,
+    pt: int | None = 8,
+    failure: str | None = None,
+    warmup: bool = False,
+) -> RequestRecord:
     r = RequestRecord(index=index, warmup=warmup, repeat=0, url="http://x", endpoint="generate", isl=8, osl=4)
     r.t_send = t_send
     r.t_first = chunks[0][0] if chunks else None

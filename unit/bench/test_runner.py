@@ -114,14 +114,15 @@ def test_a_blocked_event_loop_marks_the_run_client_bound(tmp_path: Path) -> None
 
         async def hog() -> None:
             while not stop:
-                time.sleep(0.02)  # blocks the loop on purpose
+                time.sleep(0.02)  # noqa: ASYNC251 - blocks the loop on purpose
                 await asyncio.sleep(0)
 
         task = asyncio.create_task(hog())
         try:
             with MockServer(MockConfig(ttft_ms=5, itl_ms=5)) as srv:
-                return await arun_bench(srv.url, replace(W, warmup=0, osl=8), tmp_path,
-                                        thresholds=SaturationThresholds(loop_lag_p99_ms=5.0))
+                return await arun_bench(
+                    srv.url, replace(W, warmup=0, osl=8), tmp_path, thresholds=SaturationThresholds(loop_lag_p99_ms=5.0)
+                )
         finally:
             stop = True
             await task

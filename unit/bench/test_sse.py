@@ -13,7 +13,7 @@ STREAM = (
     b": keep-alive ping\n\n"
     b'data: {"choices":[{"text":" h\xc3\xa9llo \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x98\x80"}]}\n\n'
     b"event: message\ndata: line one\ndata: line two\n\n"
-    b": comment inside\ndata: {\"usage\":{\"completion_tokens\":3}}\n\n"
+    b': comment inside\ndata: {"usage":{"completion_tokens":3}}\n\n'
     b"id: 7\nretry: 100\n\n"
     b"data: [DONE]\n\n"
 )

@@ -31,9 +31,11 @@ def test_timing_error_at_c64_is_reported(tmp_path: Path, record_property: pytest
     for k, v in err.items():
         record_property(k, v)
     print(f"\ntiming error at C=64 vs server write stamps: {err}")
-    print(f"measured: median TTFT {r.metrics['median_ttft_ms']:.2f} ms (scripted {TTFT_MS}), "
-          f"median ITL {r.metrics['median_itl_ms']:.2f} ms (scripted {ITL_MS}), client_bound={r.client_bound}, "
-          f"evidence {r.client_evidence}")
+    print(
+        f"measured: median TTFT {r.metrics['median_ttft_ms']:.2f} ms (scripted {TTFT_MS}), "
+        f"median ITL {r.metrics['median_itl_ms']:.2f} ms (scripted {ITL_MS}), client_bound={r.client_bound}, "
+        f"evidence {r.client_evidence}"
+    )
     assert err["requests_matched"] == 128, f"every request must be matched to server stamps: {err}"
     # Gross sanity only (a loaded shared machine also delays the server): no token is seen before the
     # scripted TTFT, and the client is not hundreds of ms behind the server's writes.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -166,3 +167,46 @@ def test_unreachable_node_and_failing_nvidia_smi_are_named() -> None:
 def test_garbage_answer_is_a_problem_not_a_crash() -> None:
     report = preflight(ScriptedLauncher(node_answers("601", "bash: nvidia-smi: command not found\n")), ["601"], 1)
     assert len(report.problems) == 1 and "unexpected nvidia-smi --query-gpu line" in report.problems[0]
+
+
+def test_gpus_per_node_follows_engine_placement_and_parallel_sizes() -> None:
+    from pytest_sskj.gpu.preflight import gpus_per_node
+    from pytest_sskj.server.spec import ServerSpec
+
+    nodes = ("601", "602", "603", "604")
+    assert gpus_per_node(ServerSpec("sglang", "marlin", nodes=nodes, tp=32, ep=4)) == 8
+    assert gpus_per_node(ServerSpec("sglang", "marlin", nodes=nodes, tp=8, placement="replicas")) == 8
+    assert gpus_per_node(ServerSpec("sglang", "marlin", tp=4)) == 4
+    assert gpus_per_node(ServerSpec("vllm", "auto", tp=2, dp=2)) == 4
+    assert gpus_per_node(ServerSpec("embedded", "parallel")) == 0
+
+
+def test_preflight_spec_over_the_real_local_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real LocalLauncher runs an `nvidia-smi` stand-in (a script on PATH answering like the real one)."""
+    from pytest_sskj.gpu.preflight import preflight_spec
+    from pytest_sskj.server.local import LocalLauncher
+    from pytest_sskj.server.spec import ServerSpec
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "gpus.csv").write_text(PRO6000_8)
+    (tmp_path / "apps.csv").write_text("GPU-0003bbbb-0000, 4242, python3, 70000\n")
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --query-gpu=*) cat {tmp_path}/gpus.csv;; --query-compute-apps=*) cat {tmp_path}/apps.csv;; '
+        '*) echo "unexpected $*" >&2; exit 2;; esac\n'
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    launcher = LocalLauncher()
+    report = preflight_spec(launcher, ServerSpec("sglang", "flashinfer_mxfp4", tp=4), arch="sm120")
+    assert report.problems == [
+        "node local: GPU 3 (GPU-0003bbbb-0000) runs foreign processes: pid 4242 python3, 70000 MiB",
+        "node local: idle GPUs there: 0,1,2,4,5,6,7 -- stop the processes, or launch with CUDA_VISIBLE_DEVICES=0,1,2,4",
+    ]
+    (tmp_path / "apps.csv").write_text("")
+    assert preflight_spec(launcher, ServerSpec("sglang", "flashinfer_mxfp4", tp=8), arch="sm120").ok
+    refused = preflight_spec(launcher, ServerSpec("sglang", "flashinfer_mxfp4", tp=8), arch="sm90")
+    assert refused.problems[0].startswith("node local: wrong architecture: GPU 0 NVIDIA RTX PRO 6000 Blackwell (sm120)")
+    assert preflight_spec(launcher, ServerSpec("embedded", "parallel")).ok, "the CPU engine needs no GPU"

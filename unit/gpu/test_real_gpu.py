@@ -123,3 +123,16 @@ def test_two_xdist_workers_serialize_on_the_same_gpus(pytester: pytest.Pytester,
     )
     assert rows[0]["end"] <= rows[1]["start"], f"the workers held the same GPU at once: {rows}"
     assert rows[1]["waited_s"] > 0.5, f"the second worker should have waited for the lease: {rows}"
+
+
+def test_preflight_over_the_local_launcher_sees_the_real_cards_idle() -> None:
+    inv = real_inventory()
+    if not shutil.which("nvidia-smi"):
+        pytest.skip("nvidia-smi is not on PATH")
+    from pytest_sskj.gpu.preflight import preflight
+    from pytest_sskj.server.local import LocalLauncher
+
+    report = preflight(LocalLauncher(), ["local"], len(inv.gpus), arch=inv.gpus[0].arch)
+    print(report.message(), json.dumps(report.facts()))
+    assert [g.uuid for g in report.nodes[0].gpus] == [g.uuid for g in inv.gpus if not g.is_mig]
+    assert report.ok or any("foreign processes" in p or "in use by" in p for p in report.problems), report.problems

@@ -77,7 +77,7 @@ def test_situ_kwargs_are_per_expert_fp32_tensors() -> None:
 def test_not_importable_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # import flashinfer -> ImportError
     info = probe.probe_flashinfer()
-    assert not info.importable and info.import_error and "ImportError" in info.import_error
+    assert not info.importable and info.import_error and "halted" in info.import_error, info
     with pytest.raises(probe.FlashInferApiMissing, match="cannot be imported"):
         probe.require_cutlass_situ()
 

@@ -1,8 +1,10 @@
 """Our MX codecs and 128x4 swizzle against FlashInfer's own implementation (GPU machine tests).
 
 * SM100+ only: ``flashinfer.mxfp8_quantize`` / ``mxfp4_quantize`` bit-exact with our RCEIL quantizers, each
-  with a negative control run *after* a random call (zeros in → zeros out, and a round trip), so a kernel
-  that returns without running (what SM90 does: uninitialized outputs, no error) can never pass.
+  with a negative control (zeros in → zeros out, with the output memory poisoned with 0xA5 beforehand, and a
+  round trip), so a kernel that returns without running can never pass. On the H200 (SM90, FlashInfer
+  0.7.2.post1) such a no-op was measured: 262110/262144 MXFP8 code bytes differed from ours, fresh outputs
+  for zero input happened to be all zero, and with poisoning all 270336 output bytes stayed 0xA5.
 * Any CUDA machine with FlashInfer (the H200): our encoded bytes and swizzled scales decoded by FlashInfer's
   host decoders equal our dequantization bit for bit, and ``block_scale_interleave`` equals our swizzle.
 * The capability probe on the real package, and the clear error when ``situ_beta`` is missing.
@@ -48,6 +50,15 @@ def quantizer_inputs() -> torch.Tensor:
     return flat.reshape(256, 1024).to(torch.bfloat16)
 
 
+def poisoned(fn: Any, *output_bytes: int) -> Any:
+    """Call ``fn`` after filling and freeing blocks of its outputs' sizes with 0xA5: the caching allocator hands
+    those bytes back, so a kernel that returns without writing (what SM90 does) leaves 0xA5 behind instead of
+    the zeros a fresh allocation may happen to hold (seen on the H200: fresh outputs were all zero)."""
+    junk = [torch.full((n,), 0xA5, dtype=torch.uint8, device="cuda") for n in output_bytes]
+    del junk
+    return fn()
+
+
 def _sm100_guard() -> None:
     reason = probe.quantizer_skip_reason()
     if reason:
@@ -64,7 +75,10 @@ def test_flashinfer_mxfp8_quantize_bit_exact_with_reference(flashinfer: ModuleTy
     assert_bitwise_equal(xq.view(torch.uint8).cpu()[:, : x.shape[1]], ours.codes, what="MXFP8 codes vs FlashInfer")
     assert_bitwise_equal(sf.view(torch.uint8).cpu().flatten(), ours.scale.flatten(), what="MXFP8 swizzled scales")
     # negative control after a non-trivial call: a kernel that does not run leaves stale or random bytes
-    zq, zsf = flashinfer.mxfp8_quantize(torch.zeros_like(x), is_sf_swizzled_layout=True, alignment=32)
+    zeros = torch.zeros_like(x)
+    zq, zsf = poisoned(
+        lambda: flashinfer.mxfp8_quantize(zeros, is_sf_swizzled_layout=True, alignment=32), xq.numel(), sf.numel()
+    )
     nonzero = int((zq.view(torch.uint8) != 0).sum()) + int((zsf.view(torch.uint8) != 0).sum())
     assert nonzero == 0, f"zeros in must give zero codes and scales; got {nonzero} non-zero bytes (kernel not run?)"
     back = mx_dequantize(mx_quantize(x.cpu(), E4M3, ScaleMode.RCEIL))
@@ -81,7 +95,8 @@ def test_flashinfer_mxfp4_quantize_bit_exact_with_reference(flashinfer: ModuleTy
     ours = mx_quantize(x.cpu(), E2M1, ScaleMode.RCEIL, swizzle=True)
     assert_bitwise_equal(xq.view(torch.uint8).cpu(), ours.codes, what="MXFP4 packed codes vs FlashInfer")
     assert_bitwise_equal(sf.view(torch.uint8).cpu().flatten(), ours.scale.flatten(), what="MXFP4 swizzled scales")
-    zq, zsf = flashinfer.mxfp4_quantize(torch.zeros_like(x))
+    zeros = torch.zeros_like(x)
+    zq, zsf = poisoned(lambda: flashinfer.mxfp4_quantize(zeros), xq.numel(), sf.numel())
     nonzero = int((zq.view(torch.uint8) != 0).sum()) + int((zsf.view(torch.uint8) != 0).sum())
     assert nonzero == 0, f"zeros in must give zero codes and scales; got {nonzero} non-zero bytes (kernel not run?)"
     fi_back = flashinfer.mxfp4_dequantize(xq, sf)

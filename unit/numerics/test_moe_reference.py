@@ -156,3 +156,12 @@ def test_input_validation(case: tuple) -> None:  # type: ignore[type-arg]
         moe_reference(x[:, :64], ids, topk_w, rank1)
     with pytest.raises(ValueError, match="strategy"):
         moe_reference(x, ids, topk_w, rank1, strategy="fast")
+
+
+def test_bf16_dequantization_equals_fp32_then_cast() -> None:
+    g = torch.Generator().manual_seed(8)
+    packed = torch.randint(0, 256, (64, 128), generator=g, dtype=torch.uint8)
+    scale = torch.randint(0, 255, (64, 8), generator=g, dtype=torch.uint8)  # the whole finite E8M0 range
+    direct = dequantize_fp4(packed, scale, dtype=torch.bfloat16)
+    via_fp32 = dequantize_fp4(packed, scale).to(torch.bfloat16)
+    assert torch.equal(direct.view(torch.int16), via_fp32.view(torch.int16)), "bf16 fast path changed bits"

@@ -138,3 +138,17 @@ def test_bad_inputs_are_refused_with_the_reason() -> None:
         mxfp8_quantize(torch.zeros(2, 48))
     with pytest.raises(TypeError, match="float32/bfloat16/float16"):
         mxfp8_quantize(torch.zeros(2, 32, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("k", [-40, -20, -4, 0, 4, 20, 40])
+def test_rceil_rounds_up_just_above_max_times_a_power_of_two(k: int) -> None:
+    """amax = nextafter(448)·2^k needs scale 2^(k+1) under cvt.rp (FlashInfer's ``float_to_ue8m0``: any mantissa
+    bit rounds up). torchao 0.18's eager RCEIL computes ceil(log2(amax/448)) in fp32 and returns 2^k here for
+    |k| >= 4 (measured), then clips the element to 448; such blocks are absent from random data, which is why
+    the torchao oracle test still matches bit for bit."""
+    amax = float(torch.nextafter(torch.tensor(448.0), torch.tensor(math.inf))) * 2.0**k
+    x = torch.full((1, 32), amax / 3)
+    x[0, 0] = amax
+    q = mxfp8_quantize(x, ScaleMode.RCEIL)
+    assert int(q.scale[0, 0]) == 127 + k + 1, f"k={k}: scale byte {int(q.scale[0, 0])}, expected {128 + k}"
+    assert mx_dequantize(q)[0, 0].item() == 224.0 * 2.0 ** (k + 1), "the block maximum must not saturate"

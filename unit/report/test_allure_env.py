@@ -40,7 +40,24 @@ MANIFEST = {
         "slo": ["ttft_p95_ms<3000"],
         "ssh_identity": "/home/u/.ssh/id_ed25519",
     },
-    "gpu": {"name": "NVIDIA RTX 6000D", "count": 32, "driver": "580.65.06", "cuda": "13.0", "arch": "sm120"},
+    "gpu": {
+        "count": 2,
+        "summary": "2 x NVIDIA RTX PRO 6000D (sm120)",
+        "driver_version": "580.65.06",
+        "cuda_driver_version": "13.0",
+        "notes": ["x"],
+        "devices": [
+            {
+                "index": i,
+                "name": "NVIDIA RTX PRO 6000D",
+                "arch": "sm120",
+                "capability": "12.0",
+                "memory_total_mib": 97887,
+                "uuid": f"GPU-{i}",
+            }
+            for i in range(2)
+        ],
+    },
     "engine": {"version": "0.5.9", "commit": "b95b5341ab95", "flashinfer_commit": "b525c513fef7"},
     "packages": {"flashinfer-python": "0.7.1", "sglang": "0.5.9", "torch": None},
     "pytest_sskj": {"version": "0.1.0", "git_commit": "5668357"},
@@ -56,10 +73,12 @@ def test_environment_properties_lists_gpu_engine_flashinfer_model_and_parallel_s
         "platform": "pro6000",
         "parallel": "TP32/EP4/DP1/PP1",
         "nodes": "601,602,603,604",
-        "gpu.name": "NVIDIA RTX 6000D",
-        "gpu.driver": "580.65.06",
-        "gpu.cuda": "13.0",
-        "gpu.count": "32",
+        "gpu.names": "NVIDIA RTX PRO 6000D",
+        "gpu.driver_version": "580.65.06",
+        "gpu.cuda_driver_version": "13.0",
+        "gpu.count": "2",
+        "gpu.archs": "sm120",
+        "gpu.memory_total_mib": "97887",
         "engine": "sglang",
         "engine.version": "0.5.9",
         "engine.commit": "b95b5341ab95",
@@ -70,6 +89,7 @@ def test_environment_properties_lists_gpu_engine_flashinfer_model_and_parallel_s
     }
     assert {k: facts.get(k) for k in expected} == expected
     assert "torch.version" not in facts, "unknown versions are left out, not written as None"
+    assert not any(k.startswith("gpu.devices") or "uuid" in k for k in facts), "no per-device noise"
     assert not any("ssh" in k or ".ssh" in v for k, v in facts.items()), facts
     text = environment_properties({**MANIFEST, "gpu": {"note": "a=b:c\nd"}})
     assert "gpu.note=a=b:c\\nd\n" in text

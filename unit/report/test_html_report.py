@@ -135,7 +135,7 @@ def test_real_results_render_to_one_file_that_chromium_shows(
         "check passed: 3 test page(s) rendered; 'test_chunk_curve' shows metric attachment 'verdict chunk_curve'"
         in printed.out
     ), printed.out
-    assert "plot 'throughput_vs_chunk.png' (800x500 px)" in printed.out, printed.out
+    assert "plot 'chunk_curve_marlin_c8.png' (800x500 px)" in printed.out, printed.out
     ids = json.loads(out.with_name("report.test-results.json").read_text())["byId"]
     assert sorted(v["name"] for v in ids.values()) == [
         "test_chunk_curve",

@@ -9,6 +9,7 @@ from pathlib import Path
 from pytest_sskj.report.plots import (
     find_request_files,
     metric_value,
+    plot_chunk_curve,
     plot_search,
     plot_throughput_vs_chunk,
     plot_ttft_cdf,
@@ -50,6 +51,20 @@ def test_throughput_and_ttft_plots_are_pngs(tmp_path: Path) -> None:
     assert a is not None and b is not None
     assert _png_size(a) == (800, 500) and _png_size(b) == (800, 500)
     assert a.stat().st_size > 10_000, f"{a} is only {a.stat().st_size} bytes"
+
+
+def test_chunk_curve_plot_uses_the_verdicts_points_or_falls_back_to_rows(tmp_path: Path) -> None:
+    verdict = {
+        "kind": "chunk_curve",
+        "backend": "marlin",
+        "concurrency": 8,
+        "best_chunk": 8192,
+        "points": [{"chunk": 4096, "input_tps": 2694.5}, {"chunk": 8192, "input_tps": 2935.0}],
+    }
+    a = plot_chunk_curve(verdict, tmp_path / "a.png")
+    b = plot_chunk_curve({**verdict, "points": []}, tmp_path / "b.png", ROWS)
+    assert a is not None and b is not None and _png_size(a) == _png_size(b) == (800, 500)
+    assert plot_chunk_curve({**verdict, "points": [], "backend": "other"}, tmp_path / "c.png", ROWS) is None
 
 
 def test_nothing_to_draw_returns_none_and_writes_nothing(tmp_path: Path) -> None:

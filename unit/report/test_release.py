@@ -130,7 +130,8 @@ def test_missing_required_suite_and_too_few_tests_refuse(tmp_path: Path) -> None
     with pytest.raises(ReleaseRefused) as exc:
         mark("r1", "v1", reports_dir=tmp_path, config=CFG)
     assert exc.value.reasons == [
-        "required suite 'unit' has no test results in this run; run it (e.g. pytest unit/) in the same session",
+        "required suite 'unit' has no test results in this run; run it (e.g. pytest unit/) in the same session, "
+        "or name its run with another --run",
         "required suite 'acceptance' ran 1 test(s); release.toml asks for at least 2",
     ]
 
@@ -169,6 +170,25 @@ def test_unknown_run_bad_tag_and_existing_tag_refuse(tmp_path: Path) -> None:
     with pytest.raises(ReleaseRefused, match="release 'v1' already exists"):
         mark("r1", "v1", reports_dir=tmp_path, config=CFG)
     assert mark("r1", "v1", reports_dir=tmp_path, config=CFG, force=True).is_file()
+
+
+def test_two_sessions_are_judged_together(tmp_path: Path) -> None:
+    """CI runs acceptance/ and unit/ as two sessions: together they make a release, alone they do not."""
+    _run(tmp_path, [GREEN[1], GREEN[2]], run_id="acc", exitstatus=0)
+    _run(tmp_path, [GREEN[0]], run_id="unit", exitstatus=0)
+    with pytest.raises(ReleaseRefused, match="required suite 'unit' has no test results"):
+        mark("acc", "v1", reports_dir=tmp_path, config=CFG)
+    out = mark(["acc", "unit"], "v1", reports_dir=tmp_path, config=CFG)
+    rec = json.loads(out.read_text())
+    assert rec["run_id"] == ["acc", "unit"] and sorted(rec["manifests"]) == ["acc", "unit"]
+    assert rec["suites"] == {"unit": {"passed": 1}, "acceptance": {"passed": 2}} and rec["counts"] == {"passed": 3}
+    assert list_releases(tmp_path)[0]["run_id"] == "acc+unit"
+    (tmp_path / "unit" / "outcomes.json").write_text(json.dumps({"complete": False, "tests": [GREEN[0]]}))
+    with pytest.raises(ReleaseRefused) as exc:
+        mark(["acc", "unit"], "v2", reports_dir=tmp_path, config=CFG)
+    assert exc.value.reasons == [
+        "run unit: the run did not finish: outcomes.json is not marked complete (crashed or interrupted run)"
+    ]
 
 
 def test_list_and_show_read_marks_back(tmp_path: Path) -> None:

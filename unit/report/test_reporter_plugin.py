@@ -41,7 +41,8 @@ def test_serving(backend, request):
 def test_chunk_curve(request):
     request.config.hook.pytest_sskj_verdict(config=request.config, verdict={
         "kind": "chunk_curve", "backend": "marlin", "concurrency": 8, "best_chunk": 8192, "passed": True,
-        "message": "marlin C=8: best chunk 8192"})
+        "message": "marlin C=8: best chunk 8192",
+        "points": [{"chunk": 4096, "input_tps": 1041.46}, {"chunk": 8192, "input_tps": 1082.42}]})
 
 def test_search(request):
     request.config.hook.pytest_sskj_verdict(config=request.config, verdict={
@@ -114,7 +115,12 @@ def test_rows_verdicts_summary_plots_and_outcomes_are_written(
     assert "| 4K | 8 | marlin | 1041.46 | 499.5 ms | 549.5 ms | baseline | 2/2 |" in md
     assert "| 4K | 8 | flashinfer_mxfp4 | 1141.46 | 499.5 ms | 549.5 ms | +9.60% TPS / +0.00% TTFT | 2/2 |" in md
     plots = sorted(p.name for p in (run_dir / "plots").glob("*.png"))
-    assert plots == ["search_0_marlin_4096.png", "throughput_vs_chunk.png", "ttft_vs_concurrency.png"], plots
+    assert plots == [
+        "chunk_curve_marlin_c8.png",
+        "search_0_marlin_4096.png",
+        "throughput_vs_chunk.png",
+        "ttft_vs_concurrency.png",
+    ], plots
     assert "![throughput_vs_chunk](plots/throughput_vs_chunk.png)" in md
     out = json.loads((run_dir / "outcomes.json").read_text())
     assert out["complete"] is True and out["exitstatus"] == 1
@@ -147,7 +153,7 @@ def test_allure_results_carry_labels_parameters_steps_and_attachments(
     assert params["p95_tpot_ms"]["value"] == "'n/a'" and params["p95_tpot_ms"]["excluded"] is True
     assert [s["name"] for s in t["steps"]] == ["bench"]
     step_atts = [a["name"] for a in t["steps"][0].get("attachments", [])]
-    assert step_atts[0] == "metrics flashinfer_mxfp4 chunk 4096 C=8 r0" and len(step_atts) == 4
+    assert step_atts[0] == "result row flashinfer_mxfp4 chunk 4096 C=8 r0" and len(step_atts) == 4
     names = {a["name"]: a for a in t["attachments"]}
     assert names["requests"]["type"] == "text/csv"
     assert (alluredir / names["requests"]["source"]).read_text() == "i,ttft_ms\n0,12.5\n1,\n"

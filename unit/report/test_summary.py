@@ -75,6 +75,11 @@ def test_table_order_is_chunk_then_concurrency_then_baseline_first() -> None:
     ]
 
 
+def test_search_step_rows_stay_out_of_the_serving_table() -> None:
+    rows = [*ROWS[:3], _r("marlin", 4096, 64, 0, 9999.0, 1.0, 1.0, kind="search")]
+    assert [(p.concurrency, p.input_throughput) for p in summarize_points(rows)] == [(8, 2694.53)]
+
+
 def test_no_baseline_point_gives_na_not_a_made_up_number() -> None:
     pts = summarize_points(
         [_r("flashinfer_mxfp4", 4096, 16, 0, 10.0, 1.0, 2.0), _r("marlin", 4096, 8, 0, 10.0, 1.0, 2.0)], "marlin"
@@ -84,7 +89,7 @@ def test_no_baseline_point_gives_na_not_a_made_up_number() -> None:
 
 
 def test_formatting_helpers() -> None:
-    assert [format_chunk(c) for c in (4096, 8192, 16384, 1536, 512, None)] == ["4K", "8K", "16K", "1536", "512", "None"]
+    assert [format_chunk(c) for c in (4096, 8192, 16384, 1536, 512, None)] == ["4K", "8K", "16K", "1536", "512", "-"]
     assert [format_ms(v) for v in (48860.0, 812.34, None)] == ["48.86 s", "812.3 ms", "n/a"]
     assert [format_delta(v) for v in (10.956, -9.914, 0.0, None)] == ["+10.96%", "\u22129.91%", "+0.00%", "n/a"]
 
@@ -130,7 +135,17 @@ def test_rendered_markdown_has_the_users_columns_verdicts_searches_and_slo() -> 
             "concurrency": 8,
             "passed": False,
             "message": "miss",
-            "gates": [{"metric": "ttft_p95_ms", "op": "<", "threshold": 3000.0, "value": 49200.0, "passed": False}],
+            "gates": [
+                {
+                    "metric": "ttft_p95_ms",
+                    "op": "<",
+                    "threshold": 3000.0,
+                    "value": 49200.0,
+                    "passed": False,
+                    "repeat": 2,
+                },
+                {"metric": "tpot_p95_ms", "op": "<", "threshold": 50.0, "value": None, "passed": None, "repeat": 2},
+            ],
         },
     ]
     md = render_summary(
@@ -142,6 +157,7 @@ def test_rendered_markdown_has_the_users_columns_verdicts_searches_and_slo() -> 
             "settings": {"engine": "sglang", "backends": ["marlin", "x"], "tp": 32, "ep": 4, "dp": 1, "pp": 1},
         },
     )
+    assert "| marlin, chunk 4K, C=8 | 2 | tpot_p95_ms < 50 | n/a | n/a |" in md, "OSL=1: TPOT is not judged"
     assert md.startswith("# pytest-sskj run r42\n")
     assert "- parallel: TP32/EP4/DP1/PP1" in md
     assert "| Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | vs baseline | Repeats passed |" in md
@@ -152,7 +168,7 @@ def test_rendered_markdown_has_the_users_columns_verdicts_searches_and_slo() -> 
     assert "| comparison | flashinfer_mxfp4 vs marlin, chunk 4K, C=8 | PASS | +9.75 % input TPS" in md
     assert "| chunk_curve | marlin, C=8 | FAIL |" in md
     assert "| marlin | 8K | step16 | 32 | 16 | C=16 ok, C=32 ok, C=48 MISS |" in md
-    assert "| marlin, chunk 4K, C=8 | ttft_p95_ms < 3000 | 4.92e+04 | FAIL |" in md
+    assert "| marlin, chunk 4K, C=8 | 2 | ttft_p95_ms < 3000 | 49200 | FAIL |" in md
 
 
 def test_empty_run_says_nothing_finished() -> None:

@@ -18,8 +18,9 @@ import pytest
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.parsing import parse_size_list
 from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.server.remote_sh import bootstrap_script
 from pytest_sskj.server.spec import NodeCommand, ServerSpec, node_commands
-from pytest_sskj.server.ssh import SshLauncher, SshOptions, bootstrap_script
+from pytest_sskj.server.ssh import SshLauncher, SshOptions
 
 NODES = ("601", "602", "603", "604")
 CHUNKS = parse_size_list("4K,8K,16K")
@@ -296,3 +297,29 @@ def test_bootstrap_script_exports_env_on_stdin_and_records_pid_in_own_session() 
     assert "abc123456" not in banner and "hf_it" not in banner, "the banner (it goes to the log) is redacted"
     with pytest.raises(LauncherError, match=r"not a shell identifier"):
         bootstrap_script(NodeCommand("601", 0, ("true",), (("BAD-NAME", "x"),)), "/tmp/x")
+
+
+def test_ssh_launcher_options_come_from_settings_and_identity_is_redacted() -> None:
+    from types import SimpleNamespace
+
+    settings = SimpleNamespace(
+        ssh_user="ops",
+        ssh_port=22,
+        ssh_identity=Path("/keys/id_ed25519"),
+        ssh_options=("Compression=no",),
+        ssh_config=Path("/etc/sskj/ssh_config"),
+        sources={"ssh_port": "default"},
+    )
+    launcher = SshLauncher.from_settings(settings)
+    assert launcher.ssh == SshOptions(
+        user="ops",
+        port=None,
+        identity=Path("/keys/id_ed25519"),
+        options=("Compression=no",),
+        config_file=Path("/etc/sskj/ssh_config"),
+    )
+    assert "/keys/id_ed25519" in launcher.secrets, "ssh messages quoting the identity path are redacted"
+    explicit = SshLauncher(settings=SimpleNamespace(**{**vars(settings), "ssh_port": 2222, "sources": {}}))
+    assert explicit.ssh.port == 2222, "an explicitly set port is passed with -p"
+    with pytest.raises(LauncherError, match=r"unknown ssh launcher option\(s\) usr"):
+        SshLauncher(usr="root")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import concurrent.futures
+import concurrent.futures as concurrent_futures
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -121,23 +122,62 @@ def test_serve_rejects_a_missing_model_quickly(tmp_path: Path) -> None:
     assert r.returncode == 2 and "does not exist" in r.stderr, (r.returncode, r.stderr)
 
 
+def _metric(text: str, name: str) -> float:
+    m = re.search(rf"^llamacpp:{name} (\S+)", text, re.M)
+    assert m, f"/metrics has no llamacpp:{name}"
+    return float(m.group(1))
+
+
+@pytest.mark.parametrize(("slots", "concurrent"), [(8, True), (1, False)], ids=["parallel", "serial"])
+def test_backends_differ_in_concurrent_processing(tiny: Path, tmp_path: Path, slots: int, concurrent: bool) -> None:
+    """parallel (8 slots) decodes 4 requests at once; serial (1 slot) defers all but one."""
+    with embedded_server(tiny, slots=slots, log_path=tmp_path / "m.log") as url:
+        body = {"prompt": [300, 301], "max_tokens": 400, "ignore_eos": True}
+        with concurrent_futures.ThreadPoolExecutor(4) as ex:
+            futs = [
+                ex.submit(httpx.post, url + "/v1/completions", json=body, timeout=120, trust_env=False)
+                for _ in range(4)
+            ]
+            processing = deferred = 0.0
+            while not all(f.done() for f in futs):
+                text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+                processing = max(processing, _metric(text, "requests_processing"))
+                deferred = max(deferred, _metric(text, "requests_deferred"))
+                time.sleep(0.02)
+            assert all(f.result().status_code == 200 for f in futs)
+    if concurrent:
+        assert processing >= 2 and deferred == 0, (
+            f"8 slots: expected >= 2 processing, 0 deferred; saw {processing}, {deferred}"
+        )
+    else:
+        assert processing == 1 and deferred >= 1, (
+            f"1 slot: expected 1 processing, >= 1 deferred; saw {processing}, {deferred}"
+        )
+
+
 @pytest.mark.bench
-def test_bench_parallel_vs_serial_throughput(tiny: Path, tmp_path: Path) -> None:
-    """Prints startup and 16-request throughput at concurrency 8 for 8 slots vs 1 slot (no timed assertion)."""
-    results: dict[int, tuple[float, float]] = {}
+def test_bench_parallel_vs_serial(tiny: Path, tmp_path: Path) -> None:
+    """Prints startup, throughput and mean TTFT at concurrency 8 for 8 slots vs 1 slot (no timed assertion)."""
+    results: dict[int, tuple[float, float, float]] = {}
     for slots in (8, 1):
         t0 = time.perf_counter()
         with embedded_server(tiny, slots=slots, log_path=tmp_path / f"s{slots}.log") as url:
             startup = time.perf_counter() - t0
-            body = {"prompt": [300 + i % 200 for i in range(256)], "max_tokens": 16, "cache_prompt": False}
+            body = {"prompt": [300 + i % 200 for i in range(32)], "max_tokens": 64, "cache_prompt": False}
+
+            def one(_: int, u: str = url, b: dict[str, object] = body) -> tuple[float, int]:
+                t = time.perf_counter()
+                texts, _usage, _finish = _stream(u, b)
+                return time.perf_counter() - t, len(texts)
+
             t1 = time.perf_counter()
-            with concurrent.futures.ThreadPoolExecutor(8) as ex:
-                outs = list(ex.map(lambda _, u=url, b=body: _stream(u, b), range(16)))
+            with concurrent_futures.ThreadPoolExecutor(8) as ex:
+                outs = list(ex.map(one, range(16)))
             took = time.perf_counter() - t1
-        assert all(len(t) == 16 for t, _, _ in outs)
-        results[slots] = (startup, 16 / took)
+        assert all(n == 64 for _, n in outs), outs
+        results[slots] = (startup, 16 / took, 1000 * sum(e for e, _ in outs) / len(outs))
+    p, s = results[8], results[1]
     print(
-        f"\nstartup_s parallel={results[8][0]:.3f} serial={results[1][0]:.3f}; "
-        f"req/s parallel={results[8][1]:.1f} serial={results[1][1]:.1f} "
-        f"(x{results[8][1] / results[1][1]:.2f})"
+        f"\nembedded startup_s parallel={p[0]:.3f} serial={s[0]:.3f}; req/s parallel={p[1]:.1f} serial={s[1]:.1f}; "
+        f"mean e2e_latency_ms parallel={p[2]:.0f} serial={s[2]:.0f}"
     )

@@ -53,7 +53,9 @@ def _skip_reason() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+# CI sets SSKJ_REQUIRE_NETNS=1 so that missing prerequisites fail these tests instead of skipping them
+REQUIRED = os.environ.get("SSKJ_REQUIRE_NETNS", "") == "1"
+pytestmark = pytest.mark.skipif(not REQUIRED and _skip_reason() is not None, reason=_skip_reason() or "")
 
 
 @dataclass
@@ -84,6 +86,9 @@ class Hosts:
 def hosts() -> Iterator[Hosts]:
     from filelock import FileLock
 
+    reason = _skip_reason()
+    if reason is not None:
+        pytest.fail(f"SSKJ_REQUIRE_NETNS=1 but the network-namespace hosts cannot be made: {reason}")
     HOSTS_DIR.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(HOSTS_DIR) + ".lock"):
         up = subprocess.run(
@@ -102,6 +107,15 @@ def hosts() -> Iterator[Hosts]:
         alive = [p for p in users.iterdir() if p.name.isdigit() and Path(f"/proc/{p.name}").exists()]
         if not alive:  # the last user (xdist workers share the hosts) takes them down
             subprocess.run(["bash", str(NETNS_TOOL), "down", str(HOSTS_DIR)], capture_output=True, timeout=120)
+
+
+@pytest.fixture(autouse=True)
+def one_test_at_a_time(hosts: Hosts) -> Iterator[None]:
+    """xdist workers share the hosts; every test checks whole hosts for leftovers, so tests take turns."""
+    from filelock import FileLock
+
+    with FileLock(str(HOSTS_DIR) + ".use.lock", timeout=600):
+        yield
 
 
 @pytest.fixture
@@ -338,6 +352,7 @@ def test_unreachable_node_fails_fast_naming_node_and_fix(hosts: Hosts, tmp_path:
     assert "node 699" in msg and "--sskj-ssh-config" in msg and "exit status 255" in msg, msg
     assert "10.213.41.199" in msg, f"ssh's own error should be quoted: {msg}"
     assert launcher.started and launcher.started[0].terminated, "the rank that did start must be stopped again"
+    launcher.close()
     assert hosts.wait_empty("601") == set()
 
 
@@ -381,3 +396,53 @@ def test_lost_connection_resumes_the_log_stream_without_gaps_and_keeps_the_exit_
     assert any("stream resumed at byte" in x for x in lines)
     h.terminate(5.0)
     assert hosts.wait_empty("604") == set()
+
+
+def test_server_pool_over_ssh_starts_verifies_detects_crash_and_closes_clean(hosts: Hosts, tmp_path: Path) -> None:
+    """Part A's ServerPool driving this launcher: health, /server_info check, crash detection, clean close.
+
+    The nodes are named by their addresses here: the pool builds URLs from node names.
+    """
+    from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed
+    from pytest_sskj.server.pool import ServerPool
+
+    ips = tuple(f"10.213.41.10{i}" for i in range(1, 5))
+    pool = ServerPool(
+        log_dir=tmp_path / "logs",
+        launcher=SshLauncher(ssh=SshOptions(config_file=hosts.config)),
+        health_timeout_s=60.0,
+        commands_for=lambda spec: [_fake(c) for c in node_commands(spec)],
+    )
+    try:
+        wrong = _sglang_spec(nodes=ips[:1], tp=8, env=(("FAKE_SGLANG_FORCE_BACKEND", "marlin"),))
+        with pytest.raises(ServerConfigMismatch, match=r"moe_runner_backend: spec flashinfer_mxfp4, server reports"):
+            pool.get(wrong)
+        server = pool.get(_sglang_spec(nodes=ips))
+        assert server.urls == ["http://10.213.41.101:30000"]
+        server.check_alive()
+        assert [h.node for h in server.handles] == list(ips)
+        mark = server.mark()
+        victim = server.handles[3]
+        pattern = re.compile(r"scheduler_0 started \(pid=(\d+)\)")
+        _wait_for(lambda: pattern.search(victim.log_path.read_text()) is not None, 20, "604's schedulers")
+        child = pattern.search(victim.log_path.read_text())
+        assert child
+        t0 = time.perf_counter()
+        pool.launcher.run(ips[3], ["kill", "-9", child.group(1)])
+        crashed: ServerCrashed | None = None
+        while crashed is None and time.perf_counter() - t0 < 10.0:
+            try:
+                server.check_alive()
+            except ServerCrashed as exc:
+                crashed = exc
+            time.sleep(0.1)
+        print(f"pool: crash on {ips[3]} detected in {time.perf_counter() - t0:.2f} s")
+        assert crashed is not None, "check_alive() did not raise ServerCrashed within 10 s"
+        assert "crashed with exit code -9" in str(crashed) or "exited with code 1" in str(crashed), str(crashed)
+        crash = [f for f in server.findings_since(mark) if f.category == "crash"]
+        assert crash and crash[0].node == ips[3], server.findings_since(mark)
+    finally:
+        report = pool.close()
+    assert report.clean, report.line()
+    for node in NODES:
+        assert hosts.wait_empty(node) == set(), f"processes left on host {node} after pool.close()"

@@ -10,7 +10,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-
 RECORDER = """
 import json, os, signal, time
 from pathlib import Path
@@ -192,5 +191,58 @@ def test_hangs(inference_server):
     while [p for p in pids if _alive(p)] and time.perf_counter() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids if _alive(p)], f"the reaper left server processes running: {pids}"
-    reaper_log = (pytester.path / "reports" / "r1" / "logs" / "reaper.log").read_text()
+    log = pytester.path / "reports" / ".cache" / "reaper" / "r1.log"
+    while "still running:" not in log.read_text() and time.perf_counter() < deadline:
+        time.sleep(0.1)
+    reaper_log = log.read_text()
     assert "is gone; stopping" in reaper_log and "still running: none" in reaper_log, reaper_log
+
+
+class _Node:
+    def __init__(self, mark: pytest.Mark | None) -> None:
+        self.mark = mark
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self.mark if self.mark is not None and self.mark.name == name else None
+
+
+class _Request:
+    """Test double of a FixtureRequest: only ``param`` and ``node`` are read."""
+
+    def __init__(self, param: object = None, mark: pytest.Mark | None = None) -> None:
+        if param is not None:
+            self.param = param
+        self.node = _Node(mark)
+
+
+def _settings(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from pytest_sskj.settings import resolve_settings
+
+    class _Config:
+        def getoption(self, name: str, default: object = None) -> object:
+            return {"sskj_reports_dir": str(tmp_path)}.get(name, default)
+
+        def getini(self, name: str) -> object:
+            return None
+
+    return resolve_settings(_Config(), environ={})  # type: ignore[arg-type]
+
+
+def test_spec_resolution_order_param_then_marker_then_default(tmp_path: Path) -> None:
+    from pytest_sskj.server.fixtures import resolve_spec
+    from pytest_sskj.server.spec import ServerSpec
+
+    s = _settings(tmp_path)
+    default = resolve_spec(_Request(), s)  # type: ignore[arg-type]
+    assert (default.engine, default.backend, default.chunk) == ("embedded", "parallel", 512)
+    marked = resolve_spec(_Request(mark=pytest.mark.sskj_server(backend="serial", chunk=128).mark), s)  # type: ignore[arg-type]
+    assert (marked.backend, marked.chunk) == ("serial", 128)
+    both = resolve_spec(_Request({"chunk": 64}, pytest.mark.sskj_server(backend="serial", chunk=128).mark), s)  # type: ignore[arg-type]
+    assert (both.backend, both.chunk) == ("serial", 64), "the indirect param wins over the marker"
+    assert resolve_spec(_Request("serial"), s).backend == "serial"  # type: ignore[arg-type]
+    explicit = ServerSpec(engine="embedded", backend="serial", port=1234)
+    assert resolve_spec(_Request(explicit), s) is explicit  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unknown ServerSpec field"):
+        resolve_spec(_Request({"chunk_size": 1}), s)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="keyword overrides only"):
+        resolve_spec(_Request(mark=pytest.mark.sskj_server("serial").mark), s)  # type: ignore[arg-type]

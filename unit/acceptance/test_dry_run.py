@@ -1,0 +1,66 @@
+"""The users' command as a dry run: every serving point, every comparison and each node's launch command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
+USERS_COMMAND = (
+    "--engine",
+    "sglang",
+    "--nodes",
+    "601-604",
+    "--tp",
+    "32",
+    "--ep",
+    "4",
+    "--backend",
+    "marlin,flashinfer_mxfp4",
+    "--chunk",
+    "4K,8K,16K",
+    "--concurrency",
+    "8,16",
+    "--isl",
+    "16K",
+    "--osl",
+    "1",
+    "--sskj-dry-run",
+)
+
+
+def test_users_command_lists_36_points_6_comparisons_and_per_node_commands(pytester: pytest.Pytester) -> None:
+    res = pytester.runpytest_subprocess(
+        str(ACCEPTANCE),
+        *USERS_COMMAND,
+        "-p",
+        "no:cacheprovider",
+        "--reports-dir",
+        str(pytester.path / "reports"),
+        timeout=120,
+    )
+    lines = res.stdout.lines
+    serving = [ln for ln in lines if "test_serving.py::test_serving[" in ln]
+    assert len(serving) == 36, f"expected 2 backends x 3 chunks x 2 C x 3 repeats = 36, got {len(serving)}"
+    assert serving[0].strip() == "acceptance/test_serving.py::test_serving[marlin-chunk4096-c8-r1]"
+    comparisons = [ln.strip() for ln in lines if "test_backend_comparison[" in ln]
+    assert comparisons == [
+        f"acceptance/test_backend_comparison.py::test_backend_comparison[flashinfer_mxfp4-vs-marlin-chunk{c}-c{k}]"
+        for c in (4096, 8192, 16384)
+        for k in (8, 16)
+    ]
+    commands = [ln.strip() for ln in lines if ln.strip().startswith(("601 (", "602 (", "603 (", "604 ("))]
+    assert len(commands) == 24, f"6 server specs x 4 nodes, got {len(commands)}"
+    res.stdout.fnmatch_lines(
+        [
+            "*[[]flashinfer_mxfp4-chunk8192[]]*",
+            "*601 (rank 0, serves HTTP): python3 -m sglang.launch_server --tp-size 32 --ep-size 4 --moe-runner-backend "
+            "flashinfer_mxfp4 --chunked-prefill-size 8192 --disable-radix-cache --host 0.0.0.0 --port 30000 --nnodes 4 "
+            "--node-rank 0 --dist-init-addr 601:5000",
+            "*604 (rank 3): python3 -m sglang.launch_server * --node-rank 3 --dist-init-addr 601:5000",
+        ]
+    )
+    assert not (pytester.path / "reports").exists() or not list((pytester.path / "reports").rglob("points")), (
+        "a dry run measures nothing"
+    )

@@ -1,0 +1,146 @@
+"""The live status line, the terminal summary table and the plugin's collection hooks."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_sskj.acceptance.live import LiveLine, live_enabled, status_text
+from pytest_sskj.acceptance.matrix import Point
+from pytest_sskj.acceptance.summary import HEADER, summary_lines, table_lines
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.width_of_current_line = 42
+
+    def write(self, s: str, *, flush: bool = False) -> None:
+        self.out.append(s)
+
+
+P = Point("flashinfer_mxfp4", 8192, 8, 2, 3)
+
+
+def test_status_text_names_backend_chunk_c_repeat_and_progress() -> None:
+    assert status_text(P, 17, 40) == "sskj: flashinfer_mxfp4 chunk8192 C=8 r2/3: 17/40 requests"
+    assert "search step" in status_text(Point("x", 1, 16, 0, 0, kind="search"), 0, 32)
+
+
+def test_live_line_rewrites_in_place_and_erases_itself() -> None:
+    w = Writer()
+    live = LiveLine(w)
+    live.update(P, 0, 40)
+    live.update(P, 40, 40)
+    live.finish()
+    assert w.out[0] == "\n" + status_text(P, 0, 40)
+    assert w.out[1].startswith("\r" + status_text(P, 40, 40))
+    assert w.out[2] == "\r\x1b[2K\x1b[1A\x1b[42C", "the cursor must return to the end of the test's line"
+    live.finish()
+    assert len(w.out) == 3, "finish twice writes nothing"
+
+
+def test_disabled_live_line_writes_nothing() -> None:
+    live = LiveLine(None)
+    live.update(P, 1, 2)
+    live.finish()
+    assert not live.enabled
+
+
+def test_live_line_is_quiet_when_not_a_tty_under_q_and_on_workers(pytester: pytest.Pytester) -> None:
+    config = pytester.parseconfigure()
+    assert live_enabled(config, isatty=True)
+    assert not live_enabled(config, isatty=False)
+    assert not live_enabled(pytester.parseconfigure("-q"), isatty=True)
+    config.workerinput = {"workerid": "gw0"}  # type: ignore[attr-defined]
+    assert not live_enabled(config, isatty=True)
+
+
+def _row(backend: str, tps: float, p50: float, p95: float, status: str = "passed") -> dict[str, object]:
+    return {
+        "backend": backend,
+        "chunk": 8192,
+        "concurrency": 8,
+        "status": status,
+        "input_throughput": tps,
+        "median_ttft_ms": p50,
+        "p95_ttft_ms": p95,
+        "point_id": f"{backend}-chunk8192-c8-r1",
+        "reasons": ["[crash] boom\nexcerpt"] if status != "passed" else [],
+    }
+
+
+def test_table_in_the_users_format() -> None:
+    rows = [_row("marlin", 2930.03, 43587.0, 46287.0), _row("flashinfer_mxfp4", 3251.25, 39267.0, 41694.0)]
+    lines = table_lines(rows, "marlin")
+    assert [c.strip() for c in lines[0].split("|")] == list(HEADER)
+    assert [c.strip() for c in lines[2].split("|")] == [
+        "8K",
+        "8",
+        "marlin",
+        "2930.03",
+        "43.59 s",
+        "46.29 s",
+        "baseline",
+    ]
+    assert [c.strip() for c in lines[3].split("|")][-1] == "+10.96% TPS / −9.91% TTFT"
+
+
+def test_summary_lists_points_that_did_not_pass_and_verdicts() -> None:
+    rows = [_row("marlin", 1.0, 1.0, 1.0), _row("flashinfer_mxfp4", 0.0, 0.0, 0.0, status="failed")]
+    lines = summary_lines(
+        rows,
+        [{"kind": "slo", "passed": False, "message": "x: ttft_p95_ms=3120.00 >= 3000"}],
+        baseline="marlin",
+        run_dir="/r",
+    )
+    assert "  flashinfer_mxfp4-chunk8192-c8-r1: failed: [crash] boom" in lines
+    assert "FAIL slo: x: ttft_p95_ms=3120.00 >= 3000" in lines and lines[-1] == "results: /r"
+    assert summary_lines([], [], baseline=None) == []
+
+
+def _collected(pytester: pytest.Pytester, *args: str) -> list[pytest.Item]:
+    rec = pytester.inline_run("--collect-only", *args)
+    return list(rec.getcalls("pytest_collection_finish")[0].session.items)
+
+
+def test_collection_orders_points_first_and_bounds_each_test_with_a_signal_timeout(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_a="""
+        def test_compare(sskj_comparison): pass
+        def test_point(sskj_point): pass
+        def test_slo(sskj_slo_config): pass
+        """
+    )
+    items = _collected(
+        pytester,
+        "--engine",
+        "sglang",
+        "--backend",
+        "marlin,flashinfer_mxfp4",
+        "--chunk",
+        "8K",
+        "--concurrency",
+        "8",
+        "--repeats",
+        "2",
+    )
+    assert [i.name for i in items] == [
+        "test_point[marlin-chunk8192-c8-r1]",
+        "test_point[marlin-chunk8192-c8-r2]",
+        "test_point[flashinfer_mxfp4-chunk8192-c8-r1]",
+        "test_point[flashinfer_mxfp4-chunk8192-c8-r2]",
+        "test_slo[marlin-chunk8192-c8]",
+        "test_slo[flashinfer_mxfp4-chunk8192-c8]",
+        "test_compare[flashinfer_mxfp4-vs-marlin-chunk8192-c8]",
+    ]
+    marker = items[0].get_closest_marker("timeout")
+    assert marker is not None and marker.kwargs["method"] == "signal"
+    assert marker.args[0] >= 1800, "a serving test must outlast the sglang health timeout"
+
+
+def test_single_backend_comparison_is_one_explained_parameter(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_b="def test_compare(sskj_comparison): assert sskj_comparison is None")
+    items = _collected(pytester, "--backend", "parallel")
+    assert [i.name for i in items] == ["test_compare[no-candidate]"]
