@@ -17,7 +17,6 @@ up as ``record.error`` for the oracle.
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
@@ -169,7 +168,7 @@ class BenchClient:
         http = self._http(url)
         decoder = endpoint.decoder()
         parser = SSEParser()
-        loads = json.loads
+        loads = endpoint.loads
         times = rec.chunk_times
         toks = rec.chunk_tokens
         t_done: float | None = None

@@ -12,10 +12,15 @@ Token counting per frame: ``/generate`` counts exactly, from the growth of ``met
 with non-empty text (chat: content, ``reasoning_content`` or ``reasoning``) counts as one token and a
 role-only or usage-only frame as none; the server's ``usage.completion_tokens`` stays the authority for
 the request's output length (see :mod:`pytest_sskj.bench.metrics`).
+
+``/generate`` frames repeat the whole output so far, so decoding every frame in full is O(n^2) per
+request; its adapter decodes only the trailing ``meta_info`` object when the frame has one (a ``"meta_info":``
+key can only be a key: inside a JSON string the quotes would be escaped) and the full frame otherwise.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -76,6 +81,11 @@ class Endpoint(Protocol):
 
     def decoder(self) -> FrameDecoder:
         """A fresh decoder for one request."""
+        ...
+
+    def loads(self, data: str) -> Any:
+        """Decode one frame's data (``json.loads``, or a cheaper equivalent for what the decoder reads);
+        raises ``ValueError`` on bad JSON."""
         ...
 
 
@@ -185,6 +195,23 @@ class _GenerateDecoder:
         return FrameInfo(new, finish, _int_or_none(meta.get("prompt_tokens")), ct)
 
 
+_META_KEY = '"meta_info":'
+_decoder = json.JSONDecoder()
+
+
+def _generate_loads(data: str) -> Any:
+    i = data.rfind(_META_KEY)
+    if i < 0 or not data.startswith("{"):
+        return json.loads(data)
+    j = i + len(_META_KEY)
+    while j < len(data) and data[j] in " \t\r\n":
+        j += 1
+    meta, end = _decoder.raw_decode(data, j)
+    if data[end:].strip() != "}" or not isinstance(meta, dict) or "completion_tokens" not in meta:
+        return json.loads(data)  # meta_info is not the last key, or lacks the count: decode it all
+    return {"meta_info": meta}
+
+
 class CompletionsEndpoint:
     """OpenAI ``POST /v1/completions`` with a token-id prompt (SGLang, vLLM, llama.cpp accept it)."""
 
@@ -208,6 +235,9 @@ class CompletionsEndpoint:
 
     def decoder(self) -> FrameDecoder:
         return _CompletionsDecoder()
+
+    def loads(self, data: str) -> Any:
+        return json.loads(data)
 
 
 def chat_words(prompt_ids: Sequence[int]) -> str:
@@ -240,6 +270,9 @@ class ChatEndpoint:
     def decoder(self) -> FrameDecoder:
         return _ChatDecoder()
 
+    def loads(self, data: str) -> Any:
+        return json.loads(data)
+
 
 class GenerateEndpoint:
     """SGLang native ``POST /generate`` with ``input_ids``."""
@@ -258,6 +291,9 @@ class GenerateEndpoint:
 
     def decoder(self) -> FrameDecoder:
         return _GenerateDecoder()
+
+    def loads(self, data: str) -> Any:
+        return _generate_loads(data)
 
 
 def get_endpoint(name: str) -> Endpoint:

@@ -28,12 +28,13 @@ from typing import Any
 import pytest
 
 from pytest_sskj.errors import ServerCrashed
+from pytest_sskj.gpu.serving import server_prelaunch
 from pytest_sskj.server.launcher import Launcher
 from pytest_sskj.server.logscan import Finding, LogMark
 from pytest_sskj.server.pool import RunningServer, ServerPool
 from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
-from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
+from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
 
 __all__ = ["FINDINGS_KEY", "SERVER_KEY", "get_pool", "inference_server", "resolve_spec", "server_pool"]
 
@@ -88,10 +89,28 @@ def get_pool(config: pytest.Config) -> ServerPool:
         model_cache_dir=settings.reports_dir / ".cache" / "models",
         commands_for=lambda spec: config.hook.pytest_sskj_server_commands(config=config, spec=spec),
         name_tag=tag,
+        prelaunch=server_prelaunch(config),
+        on_started=lambda server: _record_engine_facts(config, server),
     )
     extra[_POOL] = pool
     _install_sigterm(config, pool)
     return pool
+
+
+def _record_engine_facts(config: pytest.Config, server: RunningServer) -> None:
+    """Engine version facts (from /server_info where the engine has it) into the run manifest."""
+    manifest = config.stash.get(MANIFEST_KEY, None)
+    if manifest is None:
+        return
+    info = server.server_info() if server.spec.engine == "sglang" else None
+    facts: dict[str, object] = {"engine": server.spec.engine, "startup_s": server.startup_s}
+    if info:
+        for key in ("version", "moe_runner_backend", "chunked_prefill_size", "tp_size", "ep_size", "dp_size"):
+            if key in info:
+                facts[key] = info[key]
+    engines = dict(manifest.data.get("engines", {}))
+    engines[server.spec.label] = facts
+    manifest.update(engines=engines)
 
 
 def _install_sigterm(config: pytest.Config, pool: ServerPool) -> None:

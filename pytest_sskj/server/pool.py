@@ -29,9 +29,12 @@ from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.process import describe_exit, tail_lines
 from pytest_sskj.server.spec import NodeCommand, ServerSpec, node_commands
 
-__all__ = ["CloseReport", "RunningServer", "ServerPool", "free_port"]
+__all__ = ["CloseReport", "Prelaunch", "RunningServer", "ServerPool", "free_port"]
 
 _SERVER_INFO_ENGINES = ("sglang",)
+
+Prelaunch = Callable[[ServerSpec, Launcher], tuple[Sequence[tuple[str, str]], "Callable[[], None] | None"]]
+"""``(spec, launcher) -> (extra env for every rank, release callback or None)``; raises to refuse a launch."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -171,6 +174,8 @@ class ServerPool:
         commands_for: CommandsFor | None = None,
         verify_server_info: bool = True,
         name_tag: str = "",
+        prelaunch: Prelaunch | None = None,
+        on_started: Callable[[RunningServer], None] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self._launcher_arg = launcher
@@ -182,6 +187,12 @@ class ServerPool:
         self.commands_for = commands_for
         self.verify = verify_server_info
         self.name_tag = name_tag
+        self.prelaunch = prelaunch
+        """Called with (spec, launcher) before a spec's first rank starts: GPU pre-flight and leases.  It
+        returns extra environment for every rank (``CUDA_VISIBLE_DEVICES``) and a release callback, or
+        raises to refuse the launch."""
+        self.on_started = on_started
+        self._releases: dict[ServerSpec, Callable[[], None]] = {}
         """Part of every log file name (the xdist worker id), so workers never share a log."""
         self.running: dict[ServerSpec, RunningServer] = {}
         self.failed: dict[ServerSpec, ServerError] = {}
@@ -240,7 +251,12 @@ class ServerPool:
         server = self.running.pop(spec, None)
         if server is None:
             return
-        self._terminate(server.handles)
+        try:
+            self._terminate(server.handles)
+        finally:
+            release = self._releases.pop(spec, None)
+            if release is not None:
+                release()
         if server.oracle is not None:
             server.oracle.scan(final=True)
 
@@ -353,6 +369,30 @@ class ServerPool:
 
     def _start(self, spec: ServerSpec) -> RunningServer:
         eff = self._effective(spec)
+        release: Callable[[], None] | None = None
+        if self.prelaunch is not None:
+            try:
+                extra_env, release = self.prelaunch(eff, self.launcher)
+            except ServerError:
+                raise
+            except Exception as exc:  # GpuUnavailable and launcher errors refuse the launch, with the reason
+                msg = f"{eff.engine} server {spec.label}: pre-flight refused the launch:\n{exc}"
+                raise ServerLaunchError(msg) from exc
+            if extra_env:
+                eff = eff.with_(env=(*tuple(extra_env), *eff.env))
+        try:
+            server = self._start_ranks(spec, eff)
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        if release is not None:
+            self._releases[spec] = release
+        if self.on_started is not None:
+            self.on_started(server)
+        return server
+
+    def _start_ranks(self, spec: ServerSpec, eff: ServerSpec) -> RunningServer:
         cmds = self._commands(eff)
         n = self.starts[spec.key()] = self.starts.get(spec.key(), 0) + 1
         secrets = tuple(v for k, v in eff.env if is_secret_name(k) and v)

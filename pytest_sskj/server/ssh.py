@@ -528,7 +528,8 @@ class SshLauncher:
 def ssh_options_from_settings(settings: Any) -> SshOptions:
     """:class:`SshOptions` from :class:`~pytest_sskj.settings.Settings` (``-p`` only when set explicitly)."""
     sources = getattr(settings, "sources", {}) or {}
-    port = settings.ssh_port if sources.get("ssh_port", "default") != "default" else None
+    src = sources.get("ssh_port")
+    port = None if src == "default" or (src is None and settings.ssh_port == 22) else settings.ssh_port
     return SshOptions(
         user=settings.ssh_user,
         port=port,
