@@ -346,6 +346,8 @@ class ServerPool:
             spec = spec.with_(model_path=str(ensure_tiny_model(self.model_cache_dir)))
         elif spec.engine != "embedded" and spec.port == 0 and not spec.nodes:
             spec = spec.with_(port=free_port())
+        if spec.nnodes > 1 and spec.placement == "ranks" and spec.dist_init_host is None:
+            spec = spec.with_(dist_init_host=self._address(spec.nodes[0]))
         return spec
 
     def _commands(self, spec: ServerSpec) -> list[NodeCommand]:

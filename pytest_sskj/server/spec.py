@@ -36,6 +36,9 @@ class ServerSpec:
     port: int = 0
     """HTTP port; 0 lets the launcher pick a free one (local launches only)."""
     dist_init_port: int = 5000
+    dist_init_host: str | None = None
+    """Address of node 0 for the rendezvous (``--dist-init-addr``); the pool fills it from the launcher's
+    resolution of ``nodes[0]`` (an ssh alias such as ``601`` may not resolve on the nodes themselves)."""
     placement: str = "ranks"
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -123,7 +126,7 @@ def _sglang(spec: ServerSpec) -> list[NodeCommand]:
         for rank in range(spec.nnodes):
             cmds.append(NodeCommand(_host(spec, rank), rank, (*common, *spec.extra_args), spec.env, True, port))
         return cmds
-    init = f"{spec.nodes[0]}:{spec.dist_init_port}"
+    init = f"{spec.dist_init_host or spec.nodes[0]}:{spec.dist_init_port}"
     for rank in range(spec.nnodes):
         argv = (
             *common,
@@ -180,7 +183,7 @@ def _vllm(spec: ServerSpec) -> list[NodeCommand]:
             "--data-parallel-size-local",
             str(local),
             "--data-parallel-address",
-            spec.nodes[0],
+            spec.dist_init_host or spec.nodes[0],
             "--data-parallel-rpc-port",
             str(spec.dist_init_port),
         ]
