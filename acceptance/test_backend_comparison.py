@@ -30,6 +30,11 @@ def test_backend_comparison(
             f"only one backend ({','.join(settings.backends)}): give a baseline and a candidate, "
             f"e.g. --backend marlin,flashinfer_mxfp4"
         )
+    if settings.target_url:
+        pytest.skip(
+            f"--target-url {settings.target_url} is one running server: its backends cannot be compared; "
+            f"drop --target-url to launch each backend"
+        )
     comp = sskj_comparison
     sskj_acceptance.label(
         sskj_site, baseline=comp.baseline, candidate=comp.candidate, chunk=comp.chunk, C=comp.concurrency

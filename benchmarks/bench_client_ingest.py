@@ -15,8 +15,8 @@ can take the core away from either client at any moment, tokens per *CPU second*
 (``time.process_time``, everything in it counted: ours includes building the prompts and writing
 ``requests.jsonl``) is printed too -- that is the figure the "on one core" comparison rests on.
 
-``--timing`` instead runs the timing-accuracy check (scripted TTFT/ITL at C=64, the client's stamps against the server's write stamps)
-and prints the p50/p99/max errors.
+``--timing`` instead runs the timing-accuracy check (scripted TTFT/ITL at C=64, the client's stamps
+against the server's write stamps) and prints the p50/p99/max errors.
 
     python benchmarks/bench_client_ingest.py --sglang-python /tmp/sglvenv/bin/python
     python benchmarks/bench_client_ingest.py --timing
@@ -153,6 +153,7 @@ def ingest(args: argparse.Namespace) -> None:
                 ours.append(run_ours(url, w, work / endpoint, rnd))
                 if args.sglang_python:
                     theirs.append(run_theirs(args.sglang_python, url, w, rnd, client_cpu))
+
         def med(xs: list[dict[str, float]], k: str) -> float:
             return statistics.median(x[k] for x in xs)
 

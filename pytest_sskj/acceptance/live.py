@@ -3,13 +3,16 @@
 Long runs stay understandable: while a point runs, one status line below the test's own line is
 rewritten in place as requests finish, and erased when the point ends so pytest's verdict lands where
 it always does.  The line is only drawn on an interactive terminal (a tty), never under ``-q``, never on
-an xdist worker (whose output nobody sees), and never when the terminal reporter is absent.
+an xdist worker (whose output nobody sees), and never when the terminal reporter is absent.  It is drawn
+from the main thread with pytest's output capturing suspended, like pytest's own live logging.
 """
 
 from __future__ import annotations
 
-import sys
+import contextlib
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import pytest
@@ -39,15 +42,20 @@ def live_enabled(config: pytest.Config, *, isatty: bool | None = None) -> bool:
         return False
     if config.pluginmanager.get_plugin("terminalreporter") is None:
         return False
-    tty = sys.stdout.isatty() if isatty is None else isatty
-    return bool(tty)
+    if isatty is None:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        isatty = bool(getattr(tr, "isatty", False))
+    return bool(isatty)
 
 
 class LiveLine:
     """Draws the status line through a writer (the terminal reporter's), throttled to 10 updates/s."""
 
-    def __init__(self, writer: _Writer | None) -> None:
+    def __init__(
+        self, writer: _Writer | None, suspend: Callable[[], AbstractContextManager[Any]] | None = None
+    ) -> None:
         self.writer = writer
+        self.suspend = suspend or contextlib.nullcontext
         self._active = False
         self._last = 0.0
         self._width = 0
@@ -59,7 +67,10 @@ class LiveLine:
         if not live_enabled(config):
             return cls(None)
         tr: Any = config.pluginmanager.get_plugin("terminalreporter")
-        return cls(tr._tw if tr is not None else None)
+        capman: Any = config.pluginmanager.get_plugin("capturemanager")
+        # output capturing is active during a test's call: draw with it suspended, as pytest's live logging does
+        suspend = capman.global_and_fixture_disabled if capman is not None else None
+        return cls(tr._tw if tr is not None else None, suspend)
 
     @property
     def enabled(self) -> bool:
@@ -78,7 +89,8 @@ class LiveLine:
             self._saved_line = getattr(self.writer, "_current_line", None)
         prefix = "\r" if self._active else "\n"
         pad = " " * max(0, self._width - len(text))
-        self.writer.write(f"{prefix}{text}{pad}", flush=True)
+        with self.suspend():
+            self.writer.write(f"{prefix}{text}{pad}", flush=True)
         self._width = len(text)
         self._active = True
 
@@ -87,7 +99,8 @@ class LiveLine:
         if self.writer is None or not self._active:
             return
         right = f"\x1b[{self._col}C" if self._col else ""
-        self.writer.write(f"\r\x1b[2K\x1b[1A{right}", flush=True)
+        with self.suspend():
+            self.writer.write(f"\r\x1b[2K\x1b[1A{right}", flush=True)
         if self._saved_line is not None and hasattr(self.writer, "_current_line"):
             # the terminal writer measures the current line for pytest's right-aligned progress column
             setattr(self.writer, "_current_line", self._saved_line)  # noqa: B010

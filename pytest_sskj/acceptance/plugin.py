@@ -334,6 +334,21 @@ def sskj_site() -> SiteDefaults:
 
 
 # -- hooks -------------------------------------------------------------------------------------------
+def pytest_configure(config: pytest.Config) -> None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or not settings.resume or settings.dry_run:
+        return
+    d = settings.reports_dir / settings.resume
+    if not (d / "points").is_dir() and not (d / "search").is_dir():
+        known = sorted((p.name for p in settings.reports_dir.glob("*") if (p / "points").is_dir()), reverse=True)
+        hint = (
+            f"runs with points under {settings.reports_dir}: {', '.join(known[:5])}"
+            if known
+            else (f"no run under {settings.reports_dir} has finished points; check --reports-dir")
+        )
+        raise pytest.UsageError(f"--resume {settings.resume}: {d} holds no finished points to resume\n  Hint: {hint}")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     settings = metafunc.config.stash.get(SETTINGS_KEY, None)
     if settings is None:

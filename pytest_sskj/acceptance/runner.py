@@ -45,7 +45,7 @@ _FIXED_KEYS = (
     "kind",
     "spec_key",
 )
-_WATCH_INTERVAL_S = 0.5
+_WATCH_INTERVAL_S = 0.25
 
 
 class _Server(Protocol):
@@ -209,7 +209,9 @@ class PointRunner:
             requests=self.requests_for(point),
             concurrency=point.concurrency,
             warmup=s.warmup,
-            seed=s.seed,
+            # prompts depend on (seed, C, repeat), never on the backend: A and B get identical prompts, while
+            # a server reused across concurrencies never sees a prompt twice (no prefix-cache hits)
+            seed=s.seed + 100_003 * point.concurrency,
             request_rate=s.request_rate,
             endpoint=s.endpoint,
             model=s.model_name if s.engine != "embedded" else None,
@@ -387,9 +389,14 @@ class PointRunner:
         box: dict[str, Any] = {}
         n_total = self.requests_for(point)
 
-        def progress(done: int, total: int) -> None:
+        counts = [0, n_total]
+
+        def progress(done: int, total: int) -> None:  # called on the bench thread: only record
+            counts[0], counts[1] = done, total
+
+        def draw() -> None:  # on this thread, where drawing (and suspending capture) is safe
             if self.progress is not None:
-                self.progress(point, done, total)
+                self.progress(point, counts[0], counts[1])
 
         workload = self.workload(point)  # imported here, not in the thread
 
@@ -404,11 +411,12 @@ class PointRunner:
         thread = threading.Thread(target=work, name=f"sskj-bench-{point.id}", daemon=True)
         crash: tuple[str, str] | None = None
         with allure.step(f"bench: warmup {self.settings.warmup}, {n_total} requests at C={point.concurrency}"):
-            progress(0, n_total)
+            draw()
             thread.start()
             try:
                 while thread.is_alive():
                     thread.join(_WATCH_INTERVAL_S)
+                    draw()
                     if not thread.is_alive():
                         break
                     try:

@@ -17,10 +17,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESUMABLE_STATUSES", "PointStore", "StepLog", "atomic_write_json", "jsonable"]
+__all__ = ["MEASURED_FAILURES", "PointStore", "StepLog", "atomic_write_json", "jsonable"]
 
-RESUMABLE_STATUSES = frozenset({"passed", "failed"})
-"""Rows with these statuses were measured; ``not_run`` rows and crashed points are measured again."""
+MEASURED_FAILURES = frozenset({"oracle", "config"})
+"""Failure categories of a point that was fully measured (requests failed the oracle, the config drifted).
+
+Other failures (crash, OOM, NCCL, hang, launch, bench client) and ``not_run`` rows are measured again on
+``--resume``: the interruption, not the configuration, may be what they record."""
 
 
 def jsonable(value: Any) -> Any:
@@ -91,9 +94,11 @@ class PointStore:
         if found is None:
             return None
         row = found[0]
-        if row.get("status") not in RESUMABLE_STATUSES or row.get("category") in ("crash", "timeout", "launch"):
-            return None
-        return found
+        if row.get("status") == "passed" or (
+            row.get("status") == "failed" and row.get("category") in MEASURED_FAILURES
+        ):
+            return found
+        return None
 
     def ids(self) -> list[str]:
         """Ids of every point with a stored row."""

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from pytest_sskj.bench.endpoints import Endpoint
+from pytest_sskj.bench.endpoints import BadFrame, Endpoint
 from pytest_sskj.bench.records import RequestRecord
 from pytest_sskj.bench.sse import DONE, SSEParser
 from pytest_sskj.bench.transport import LeanTransport
@@ -89,20 +89,25 @@ class BenchClient:
             raise RuntimeError("BenchClient is already open")
         if self.state is ClientState.CLOSED:
             raise RuntimeError("Cannot reopen a BenchClient once it has been closed; create a new one")
-        limits = httpx.Limits(
-            max_connections=self.concurrency,
-            max_keepalive_connections=self.concurrency,
-            keepalive_expiry=60.0,
-        )
-        self._client = httpx.AsyncClient(
-            limits=limits, timeout=self.timeouts.to_httpx(), transport=self._transport, trust_env=False
-        )
-        if self.lean:
+        if not self.lean:
+            self._client = self._default_client()
+        else:
             t = self.timeouts
             lean = LeanTransport(self.concurrency, connect_timeout=t.connect_s, read_timeout=t.read_s)
             self._lean_client = httpx.AsyncClient(timeout=t.to_httpx(), transport=lean, trust_env=False)
         self.state = ClientState.OPENED
         return self
+
+    def _default_client(self) -> httpx.AsyncClient:
+        """httpx's own pooled transport (https, or an injected test transport), sized to the concurrency."""
+        limits = httpx.Limits(
+            max_connections=self.concurrency,
+            max_keepalive_connections=self.concurrency,
+            keepalive_expiry=60.0,
+        )
+        return httpx.AsyncClient(
+            limits=limits, timeout=self.timeouts.to_httpx(), transport=self._transport, trust_env=False
+        )
 
     async def aclose(self) -> None:
         for c in (self._client, self._lean_client):
@@ -120,11 +125,13 @@ class BenchClient:
         await self.aclose()
 
     def _http(self, url: str) -> httpx.AsyncClient:
-        if self._client is None:
+        if self.state is not ClientState.OPENED:
             state = "closed" if self.state is ClientState.CLOSED else "not opened yet"
             raise RuntimeError(f"BenchClient is {state}: use 'async with BenchClient(...)' around requests")
         if self._lean_client is not None and url.startswith("http://"):
             return self._lean_client
+        if self._client is None:  # built on first https use: its TLS context costs tens of ms
+            self._client = self._default_client()
         return self._client
 
     # --- small control requests ------------------------------------------------------------------
@@ -168,7 +175,7 @@ class BenchClient:
         http = self._http(url)
         decoder = endpoint.decoder()
         parser = SSEParser()
-        loads = endpoint.loads
+        loads_many = endpoint.loads_many
         times = rec.chunk_times
         toks = rec.chunk_tokens
         t_done: float | None = None
@@ -185,19 +192,21 @@ class BenchClient:
                         events = parser.feed(raw)
                         if parser.invalid:
                             rec.set_error(parser.invalid[0])
-                        new = 0
+                        datas = []
                         for ev in events:
-                            data = ev.data
+                            data = ev[0]
                             if data == DONE:
                                 if t_done is None:
                                     t_done = now
-                                continue
-                            if ev.event == "error":
+                            elif ev[1] == "error":
                                 rec.set_error(f"server error event: {data[:300]}")
-                                continue
-                            try:
-                                obj = loads(data)
-                            except ValueError:
+                            else:
+                                datas.append(data)
+                        if not datas:
+                            continue
+                        new = 0
+                        for obj, data in zip(loads_many(datas), datas, strict=True):
+                            if obj.__class__ is BadFrame:
                                 rec.set_error(f"bad JSON frame: {data[:200]!r}")
                                 continue
                             if not isinstance(obj, dict):

@@ -112,44 +112,62 @@ class _Dechunker:
         self.done = False
 
     def feed(self, data: bytes) -> bytes:
+        if self.done:
+            return b""
         if self.pending:
             data = self.pending + data
             self.pending = b""
         out: list[bytes] = []
+        append = out.append
+        find = data.find
         pos = 0
         n = len(data)
-        while pos < n and not self.done:
-            if self.remaining:
-                end = min(n, pos + self.remaining)
-                out.append(data[pos:end])
-                self.remaining -= end - pos
+        remaining = self.remaining
+        skip = self.skip
+        while pos < n:
+            if remaining:
+                end = pos + remaining
+                if end > n:
+                    append(data[pos:])
+                    remaining = end - n
+                    pos = n
+                    break
+                append(data[pos:end])
+                remaining = 0
                 pos = end
-                if not self.remaining:
-                    self.skip = 2
-                continue
-            if self.skip:
-                take = min(self.skip, n - pos)
-                pos += take
-                self.skip -= take
-                continue
-            eol = data.find(b"\r\n", pos)
+                skip = 2
+            if skip:
+                if n - pos < skip:
+                    skip -= n - pos
+                    pos = n
+                    break
+                pos += skip
+                skip = 0
+                if pos >= n:
+                    break
+            eol = find(b"\r\n", pos)
             if eol < 0:
                 self.pending = data[pos:]
                 break
             line = data[pos:eol]
             try:
-                size = int(line.split(b";", 1)[0], 16)
+                size = int(line, 16)
             except ValueError:
-                raise httpx.RemoteProtocolError(f"bad chunk size line {line[:40]!r}") from None
+                try:
+                    size = int(line.split(b";", 1)[0], 16)  # a chunk extension
+                except ValueError:
+                    raise httpx.RemoteProtocolError(f"bad chunk size line {line[:40]!r}") from None
             if size == 0:  # last chunk: an empty line, or trailers and then an empty line
                 if data.startswith(b"\r\n", eol + 2) or data.find(b"\r\n\r\n", eol) >= 0:
                     self.done = True
                 else:
                     self.pending = data[pos:]
                 break
-            self.remaining = size
+            remaining = size
             pos = eol + 2
-        return b"".join(out) if len(out) != 1 else out[0]
+        self.remaining = remaining
+        self.skip = skip
+        return out[0] if len(out) == 1 else b"".join(out)
 
 
 class _Body(httpx.AsyncByteStream):

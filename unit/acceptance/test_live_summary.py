@@ -144,3 +144,16 @@ def test_single_backend_comparison_is_one_explained_parameter(pytester: pytest.P
     pytester.makepyfile(test_b="def test_compare(sskj_comparison): assert sskj_comparison is None")
     items = _collected(pytester, "--backend", "parallel")
     assert [i.name for i in items] == ["test_compare[no-candidate]"]
+
+
+def test_resume_of_an_unknown_run_is_a_usage_error_naming_known_runs(pytester: pytest.Pytester) -> None:
+    (pytester.path / "reports" / "20261129-010203-abcd" / "points" / "p").mkdir(parents=True)
+    pytester.makepyfile(test_c="def test_x(): pass")
+    res = pytester.runpytest("--reports-dir", "reports", "--resume", "nope")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(
+        [
+            "*--resume nope: *nope holds no finished points to resume",
+            "*Hint: runs with points under reports: 20261129-010203-abcd",
+        ]
+    )

@@ -231,3 +231,14 @@ def test_step_log_survives_a_torn_last_line(tmp_path: Path) -> None:
     with log.path.open("a") as fh:
         fh.write('{"concurrency": 32, "metr')
     assert log.read() == [{"concurrency": 16, "metrics": {"x": None}}]
+
+
+def test_prompts_are_identical_across_backends_and_fresh_across_concurrencies(
+    runner: tuple[PointRunner, list[dict[str, Any]]],
+) -> None:
+    run, _ = runner
+    a, b = run.workload(Point("parallel", 512, 8, 1, 3)), run.workload(Point("serial", 512, 8, 1, 3))
+    c16 = run.workload(Point("parallel", 512, 16, 1, 3))
+    assert a == b, "A and B must see identical prompts (same seed, same shape)"
+    assert a.seed != c16.seed, "a server reused across concurrencies must not see the same prompts again"
+    assert run.workload(Point("x", 512, 32, 0, 0, kind="search")).requests == 64, "search steps send >= 2*C requests"

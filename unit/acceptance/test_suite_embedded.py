@@ -258,7 +258,7 @@ def test_hung_server_is_bounded_by_pytest_timeout_torn_down_and_its_config_not_r
         "--backend",
         "serial",
         "--requests",
-        "24",
+        "64",
         "--timeout",
         "8",
         plugin=FREEZE_SERIAL_MID_POINT,

@@ -89,10 +89,11 @@ def test_sixteen_k_token_prompts_do_not_choke(tmp_path: Path) -> None:
 
 def test_multi_token_frames_are_split_per_token(tmp_path: Path) -> None:
     w = Workload(isl=8, osl=9, requests=2, concurrency=2, warmup=0, endpoint="generate")
-    with MockServer(MockConfig(tokens_per_chunk=3, itl_ms=2)) as srv:
+    with MockServer(MockConfig(tokens_per_chunk=3, itl_ms=15)) as srv:
         r = run_bench(srv.url, w, tmp_path)
     assert r.ok, r.failures
-    assert all(x.chunk_tokens == [3, 3, 3] for x in r.records), [x.chunk_tokens for x in r.records]
+    counts = [x.chunk_tokens for x in r.records]  # frames that arrive in one read share it: [3, 6] is fine
+    assert all(sum(c) == 9 and all(n % 3 == 0 for n in c) for c in counts), counts
     assert len(r.samples("itl")) == 2 * 6, "6 ITL samples per request: the tokens after the first frame"
 
 

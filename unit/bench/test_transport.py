@@ -1,0 +1,93 @@
+"""The lean HTTP/1.1 transport: chunked decoding under any split, pooling, errors mapped onto httpx's."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_sskj.bench.transport import LeanTransport, _Dechunker
+from pytest_sskj.testing.mock_server import MockServer
+
+
+def chunked(parts: list[bytes], trailer: bytes = b"") -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) + b"0\r\n" + trailer + b"\r\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=50), min_size=1, max_size=20),
+    st.lists(st.integers(min_value=0, max_value=2000), max_size=30),
+    st.booleans(),
+)
+def test_dechunker_any_split_gives_the_payload(parts: list[bytes], cuts: list[int], trailer: bool) -> None:
+    wire = chunked(parts, b"X-Trailer: 1\r\n" if trailer else b"")
+    d = _Dechunker()
+    got = b""
+    prev = 0
+    for c in sorted({c % (len(wire) + 1) for c in cuts}):
+        got += d.feed(wire[prev:c])
+        prev = c
+    got += d.feed(wire[prev:])
+    assert got == b"".join(parts), "payload bytes (which may contain CRLF) must survive any split"
+    assert d.done, "the terminating zero chunk must be recognised"
+
+
+def test_dechunker_accepts_chunk_extensions_and_rejects_garbage() -> None:
+    assert _Dechunker().feed(b"3;name=v\r\nabc\r\n0\r\n\r\n") == b"abc"
+    with pytest.raises(httpx.RemoteProtocolError, match="bad chunk size"):
+        _Dechunker().feed(b"zz\r\nabc\r\n")
+
+
+def test_pool_reuses_connections_and_bodies_of_every_framing_work() -> None:
+    async def main() -> None:
+        with MockServer() as srv:
+            t = LeanTransport(2, read_timeout=10)
+            async with httpx.AsyncClient(transport=t) as c:
+                for _ in range(5):
+                    r = await c.get(srv.url + "/v1/models")  # Content-Length body
+                    assert r.status_code == 200 and r.json()["data"][0]["id"] == "mock-model"
+                r = await c.post(srv.url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 3, "stream": True})
+                assert r.text.count("data: ") == 4 and r.text.endswith("data: [DONE]\n\n")  # chunked body
+                assert len(t._all) == 1, f"sequential requests must share one connection, saw {len(t._all)}"
+
+    asyncio.run(main())
+
+
+def test_connection_refused_and_https_map_to_httpx_errors() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=LeanTransport(1)) as c:
+            with pytest.raises(httpx.ConnectError):
+                await c.get(f"http://127.0.0.1:{port}/health")
+            with pytest.raises(httpx.UnsupportedProtocol):
+                await c.get("https://127.0.0.1:1/health")
+
+    asyncio.run(main())
+
+
+def test_read_timeout_bounds_the_silence_between_reads() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.readuntil(b"\r\n\r\n")
+            await release.wait()  # say nothing until the client has given up
+            w.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, httpx.AsyncClient(transport=LeanTransport(1, read_timeout=0.2)) as c:
+            with pytest.raises(httpx.ReadTimeout):
+                await c.get(f"http://127.0.0.1:{port}/")
+            release.set()
+            await asyncio.sleep(0.05)
+
+    asyncio.run(main())
