@@ -64,7 +64,11 @@ ENGINES: Mapping[str, EngineInfo] = MappingProxyType(
                     # better / --sskj-slo.
                     "compare_expect": "report",
                     "slo": parse_slo("ttft_p95_ms<30000,tpot_p95_ms<2000"),
-                    "chunks": (512,),
+                    # two chunk sizes and a doubling concurrency search, so that the default run exercises the
+                    # chunk curve and the adaptive search on the real engine too (it stays well under 2 min)
+                    "chunks": (256, 512),
+                    "search": "double",
+                    "search_max": 32,
                     "concurrencies": (8,),
                     "isl": 512,
                     "osl": 16,

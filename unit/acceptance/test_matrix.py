@@ -71,7 +71,7 @@ def test_grouped_order_starts_each_server_spec_once(pytester: pytest.Pytester) -
 
 
 def test_embedded_repeats_are_interleaved_abab(pytester: pytest.Pytester) -> None:
-    s = _settings(pytester)
+    s = _settings(pytester, "--chunk", "512")
     assert matrix.interleaves(s)
     order = matrix.execution_order(matrix.build_points(s), interleave=True)
     assert [p.id for p in order] == [

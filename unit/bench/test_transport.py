@@ -91,3 +91,26 @@ def test_read_timeout_bounds_the_silence_between_reads() -> None:
             await asyncio.sleep(0.05)
 
     asyncio.run(main())
+
+
+def test_a_keep_alive_connection_closed_by_the_server_is_replaced() -> None:
+    async def main() -> None:
+        served = 0
+
+        async def one_shot(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            nonlocal served
+            await r.readuntil(b"\r\n\r\n")
+            served += 1
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await w.drain()
+            w.close()  # no "Connection: close": the client finds out when it reuses the socket
+
+        server = await asyncio.start_server(one_shot, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, httpx.AsyncClient(transport=LeanTransport(1, read_timeout=5)) as c:
+            for _ in range(3):
+                r = await c.get(f"http://127.0.0.1:{port}/")
+                assert r.text == "ok"
+        assert served == 3
+
+    asyncio.run(main())
