@@ -103,6 +103,8 @@ def test_env_lists_use_semicolons_for_env_pairs(pytester: pytest.Pytester, monke
     assert s.server_args == ("--x=1", "--y")
 
 
-def test_resume_reuses_the_run_id(pytester: pytest.Pytester, tmp_path: Path) -> None:
+def test_resume_reuses_the_run_id(pytester: pytest.Pytester) -> None:
+    (pytester.path / "reports" / "20261129-101010-abcd" / "points" / "p-r1").mkdir(parents=True)
+    (pytester.path / "reports" / "20261129-101010-abcd" / "points" / "p-r1" / "result.json").write_text("{}")
     s = _settings(pytester, "--resume", "20261129-101010-abcd")
     assert s.run_id == "20261129-101010-abcd"

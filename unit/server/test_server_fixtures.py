@@ -51,7 +51,16 @@ def env_out(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--reports-dir", str(pytester.path / "reports"), "--run-id", "r1", *args, timeout=180
+        "-p",
+        "no:cacheprovider",
+        "--reports-dir",
+        str(pytester.path / "reports"),
+        "--run-id",
+        "r1",
+        "--chunk",
+        "512",
+        *args,
+        timeout=180,
     )
 
 
@@ -234,7 +243,7 @@ def test_spec_resolution_order_param_then_marker_then_default(tmp_path: Path) ->
 
     s = _settings(tmp_path)
     default = resolve_spec(_Request(), s)  # type: ignore[arg-type]
-    assert (default.engine, default.backend, default.chunk) == ("embedded", "parallel", 512)
+    assert (default.engine, default.backend, default.chunk) == ("embedded", "parallel", s.chunks[0])
     marked = resolve_spec(_Request(mark=pytest.mark.sskj_server(backend="serial", chunk=128).mark), s)  # type: ignore[arg-type]
     assert (marked.backend, marked.chunk) == ("serial", 128)
     both = resolve_spec(_Request({"chunk": 64}, pytest.mark.sskj_server(backend="serial", chunk=128).mark), s)  # type: ignore[arg-type]
