@@ -330,12 +330,16 @@ class LeaseLedger:
         return out
 
     def release_pid(self, pid: int) -> list[str]:
-        """End every lease of ``pid`` on this host and drop it from the participants (session end)."""
+        """End every lease of ``pid`` on this host (session end).
+
+        The pid stays a participant while it lives: an xdist worker that has finished its tests keeps its
+        CUDA context (and its NVML process entry) until the controller shuts every worker down, and a
+        peer still waiting for the device must not take that leftover context for a foreign process
+        (seen on the H200: the peer waited out its whole ``--sskj-gpu-wait``).  :meth:`_reclaim` drops
+        the participant and its residents once the process has exited.
+        """
         with self._locked() as data:
             out = [u for u, rec in data["leases"].items() if int(rec["pid"]) == pid and rec.get("host") == self.host]
             for u in out:
                 del data["leases"][u]
-            data["participants"].pop(str(pid), None)
-            for by_holder in data["residents"].values():
-                by_holder.pop(str(pid), None)
         return out

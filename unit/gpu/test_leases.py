@@ -236,7 +236,31 @@ def test_release_pid_ends_every_lease_of_the_process(ledger_path: Path) -> None:
     ledger.acquire(GpuRequest(), TWO, me("b"))
     assert sorted(ledger.release_pid(os.getpid())) == ["GPU-0", "GPU-1"]
     data = json.loads((ledger_path / "ledger.json").read_text())
-    assert data["leases"] == {} and str(os.getpid()) not in data["participants"]
+    assert data["leases"] == {}
+    assert str(os.getpid()) in data["participants"], "a live process stays a participant until it exits"
+
+
+def test_finished_worker_whose_context_lingers_does_not_block_a_waiting_peer(ledger_path: Path) -> None:
+    """The H200 case: xdist worker A ends its session (release_pid) but keeps its CUDA context until the
+    controller shuts every worker down; worker B, still waiting, must get the device, not skip."""
+    from pytest_sskj.gpu.leases import process_start_time
+
+    worker_a = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        holder_a = Holder(worker_a.pid, me().host, "gw0::test_a", process_start_time(worker_a.pid))
+        ledger = LeaseLedger()
+        ledger.acquire(GpuRequest(), Inventory(gpus=(gpu(0),)), holder_a)
+        assert ledger.release_pid(worker_a.pid) == ["GPU-0"]
+        lingering = Inventory(gpus=(gpu(0, procs=(GpuProcess(worker_a.pid, "python3", 1634),), used=1634),))
+        lease = ledger.acquire(GpuRequest(), lingering, me("gw1::test_b"), wait_s=0)
+        assert lease.uuids == ("GPU-0",)
+        lease.release()
+    finally:
+        worker_a.kill()
+        worker_a.wait()
+    stranger = Inventory(gpus=(gpu(0, procs=(GpuProcess(worker_a.pid, "python3", 1634),), used=1634),))
+    with pytest.raises(GpuUnavailable, match="foreign compute processes"):
+        LeaseLedger().acquire(GpuRequest(), stranger, me("after"), wait_s=0)
 
 
 def test_corrupt_ledger_is_set_aside_not_fatal(ledger_path: Path) -> None:
