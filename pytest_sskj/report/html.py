@@ -58,7 +58,7 @@ def find_allure(start: Path | None = None, npm_prefix: Path | None = None) -> Pa
     ``$SSKJ_ALLURE``, else ``node_modules/.bin/allure`` in ``start``/cwd or its parents, else in the
     checkout (``node_modules/`` or CI's ``.ci/node/node_modules/``)."""
     if npm_prefix is not None:
-        cand = Path(npm_prefix) / "node_modules" / ".bin" / "allure"
+        cand = Path(npm_prefix).resolve() / "node_modules" / ".bin" / "allure"
         return cand if cand.is_file() else None
     env = os.environ.get("SSKJ_ALLURE")
     if env:
