@@ -275,23 +275,28 @@ class CompletionsEndpoint:
     exact_tokens = False
 
     def payload(self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "prompt": list(prompt_ids),
-            "max_tokens": osl,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "ignore_eos": ignore_eos,
-        }
-        if model:
-            body["model"] = model
-        return body
+        return _openai_body({"prompt": list(prompt_ids)}, osl, model=model, ignore_eos=ignore_eos)
 
     def decoder(self) -> FrameDecoder:
         return _CompletionsDecoder()
 
     def loads_many(self, datas: list[str]) -> list[Any]:
         return loads_batch(datas)
+
+
+def _openai_body(prompt: dict[str, Any], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
+    """The streaming OpenAI request body shared by completions and chat (usage requested in the stream)."""
+    body: dict[str, Any] = {
+        **prompt,
+        "max_tokens": osl,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": ignore_eos,
+    }
+    if model:
+        body["model"] = model
+    return body
 
 
 def chat_words(prompt_ids: Sequence[int]) -> str:
@@ -309,17 +314,8 @@ class ChatEndpoint:
     exact_tokens = False
 
     def payload(self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "messages": [{"role": "user", "content": chat_words(prompt_ids)}],
-            "max_tokens": osl,
-            "temperature": 0.0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "ignore_eos": ignore_eos,
-        }
-        if model:
-            body["model"] = model
-        return body
+        messages = [{"role": "user", "content": chat_words(prompt_ids)}]
+        return _openai_body({"messages": messages}, osl, model=model, ignore_eos=ignore_eos)
 
     def decoder(self) -> FrameDecoder:
         return _ChatDecoder()

@@ -200,24 +200,17 @@ EMBEDDED_SLOTS = {"parallel": 8, "serial": 1}
 
 
 def _embedded(spec: ServerSpec) -> list[NodeCommand]:
-    py = spec.python or ("python3" if spec.nodes else sys.executable)
-    slots = EMBEDDED_SLOTS[spec.backend]
-    argv = [
-        py,
-        "-m",
-        "pytest_sskj.server.embedded",
-        "serve",
-        "--model",
+    from pytest_sskj.server.embedded import serve_argv  # one definition of the embedded engine's argv
+
+    argv = serve_argv(
         spec.model_path or "<generated tiny.gguf>",
-        "--host",
-        "127.0.0.1" if not spec.nodes else spec.host,
-        "--port",
-        str(spec.port),
-        "--parallel",
-        str(slots),
-    ]
-    if spec.chunk is not None:
-        argv += ["--batch", str(spec.chunk)]
+        host="127.0.0.1" if not spec.nodes else spec.host,
+        port=spec.port,
+        slots=EMBEDDED_SLOTS[spec.backend],
+        batch=spec.chunk,
+        alias=None,
+        python=spec.python or ("python3" if spec.nodes else sys.executable),
+    )
     argv += list(spec.extra_args)
     return [NodeCommand(_host(spec, r), r, tuple(argv), spec.env, True, spec.port) for r in range(spec.nnodes)]
 
