@@ -18,8 +18,10 @@ should not use xdist (workers would launch on the same GPUs).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Generator
 from types import FrameType
@@ -90,27 +92,66 @@ def get_pool(config: pytest.Config) -> ServerPool:
         commands_for=lambda spec: config.hook.pytest_sskj_server_commands(config=config, spec=spec),
         name_tag=tag,
         prelaunch=server_prelaunch(config),
-        on_started=lambda server: _record_engine_facts(config, server),
     )
+    new_pool = pool
+    pool.on_started = lambda server: _record_engine_facts(config, new_pool, server)
     extra[_POOL] = pool
     _install_sigterm(config, pool)
     return pool
 
 
-def _record_engine_facts(config: pytest.Config, server: RunningServer) -> None:
-    """Engine version facts (from /server_info where the engine has it) into the run manifest."""
+_VERSIONS_PY = (
+    "import importlib, json\n"
+    "out = {}\n"
+    "for name in ('sglang', 'vllm', 'flashinfer', 'torch'):\n"
+    "    try:\n"
+    "        m = importlib.import_module(name)\n"
+    "    except Exception:\n"
+    "        continue\n"
+    "    out[name] = getattr(m, '__version__', None)\n"
+    "    if name == 'flashinfer':\n"
+    "        try:\n"
+    "            from flashinfer import _build_meta\n"
+    "            out['flashinfer_commit'] = getattr(_build_meta, '__git_commit__', None)\n"
+    "        except Exception:\n"
+    "            pass\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def engine_versions(pool: ServerPool, server: RunningServer) -> dict[str, Any]:
+    """Engine, FlashInfer (with its build commit) and torch versions on node 0 of a GPU server."""
+    spec = server.spec
+    if spec.engine == "embedded" or server.external:
+        return {}
+    node = spec.nodes[0] if spec.nodes else "local"
+    python = spec.python or ("python3" if spec.nodes else sys.executable)
+    try:
+        res = pool.launcher.run(node, [python, "-c", _VERSIONS_PY], timeout_s=60.0)
+        data = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 and res.stdout.strip() else {}
+    except Exception as exc:  # versions are report facts: never fail a launch over them
+        return {"versions_error": f"{type(exc).__name__}: {exc}"}
+    return data if isinstance(data, dict) else {}
+
+
+def _record_engine_facts(config: pytest.Config, pool: ServerPool, server: RunningServer) -> None:
+    """Engine facts into the run manifest: versions on node 0 and, for SGLang, the effective /server_info."""
     manifest = config.stash.get(MANIFEST_KEY, None)
     if manifest is None:
         return
     info = server.server_info() if server.spec.engine == "sglang" else None
-    facts: dict[str, object] = {"engine": server.spec.engine, "startup_s": server.startup_s}
+    facts: dict[str, Any] = {"engine": server.spec.engine, "startup_s": server.startup_s}
     if info:
         for key in ("version", "moe_runner_backend", "chunked_prefill_size", "tp_size", "ep_size", "dp_size"):
             if key in info:
                 facts[key] = info[key]
+    versions = engine_versions(pool, server)
+    facts.update(versions)
     engines = dict(manifest.data.get("engines", {}))
     engines[server.spec.label] = facts
-    manifest.update(engines=engines)
+    engine = {k: v for k, v in versions.items() if v is not None}
+    engine["name"] = server.spec.engine
+    manifest.update(engines=engines, engine=engine)
 
 
 def _install_sigterm(config: pytest.Config, pool: ServerPool) -> None:
