@@ -284,7 +284,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
         await self._slots.acquire()
         try:
             for attempt in (0, 1):
-                idle = self._idle.get(key)
+                # the retry after a stale keep-alive connection always dials a fresh one: the other idle
+                # connections went quiet at the same time and are as likely to be closed already
+                idle = self._idle.get(key) if attempt == 0 else None
                 conn = None
                 while idle:
                     c = idle.pop()

@@ -114,3 +114,43 @@ def test_a_keep_alive_connection_closed_by_the_server_is_replaced() -> None:
         assert served == 3
 
     asyncio.run(main())
+
+
+def test_when_every_idle_connection_went_stale_the_retry_dials_a_fresh_one() -> None:
+    """Both idle keep-alive connections are closed by the server when reused (its keep-alive limit): the
+    retry must not take the second stale one, or the request fails with no response at all."""
+
+    async def main() -> None:
+        conns = 0
+
+        async def server_side(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            nonlocal conns
+            conns += 1
+            first_two = conns <= 2
+            try:
+                await r.readuntil(b"\r\n\r\n")
+                await asyncio.sleep(0.05)  # both first requests are in flight together: two connections
+                w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await w.drain()
+                if first_two:
+                    await r.readuntil(b"\r\n\r\n")  # the reuse: close without a response
+                    w.close()
+                    return
+                while True:
+                    await r.readuntil(b"\r\n\r\n")
+                    w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    await w.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                w.close()
+
+        server = await asyncio.start_server(server_side, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        url = f"http://127.0.0.1:{port}/"
+        async with server, httpx.AsyncClient(transport=LeanTransport(2, read_timeout=5)) as c:
+            first = await asyncio.gather(c.get(url), c.get(url))
+            assert [r.text for r in first] == ["ok", "ok"] and conns == 2
+            r = await c.get(url)
+            assert r.text == "ok", "the request must be answered on a fresh connection"
+            assert conns == 3, f"expected exactly one new connection, saw {conns} in all"
+
+    asyncio.run(main())
