@@ -176,6 +176,7 @@ class BenchClient:
         decoder = endpoint.decoder()
         parser = SSEParser()
         loads_many = endpoint.loads_many
+        read_info = getattr(endpoint, "read_info", None)
         times = rec.chunk_times
         toks = rec.chunk_tokens
         t_done: float | None = None
@@ -205,7 +206,16 @@ class BenchClient:
                         if not datas:
                             continue
                         new = 0
-                        for obj, data in zip(loads_many(datas), datas, strict=True):
+                        fast = read_info(datas, decoder) if read_info is not None else None
+                        if fast is not None:
+                            new = fast.tokens
+                            if fast.finish_reason is not None:
+                                rec.finish_reason = fast.finish_reason
+                            if fast.prompt_tokens is not None:
+                                rec.prompt_tokens = fast.prompt_tokens
+                            rec.completion_tokens = fast.completion_tokens
+                            datas = []
+                        for obj, data in zip(loads_many(datas) if datas else (), datas, strict=True):
                             if obj.__class__ is BadFrame:
                                 rec.set_error(f"bad JSON frame: {data[:200]!r}")
                                 continue

@@ -195,6 +195,32 @@ class _GenerateDecoder:
             )
         return FrameInfo(new, finish, _int_or_none(meta.get("prompt_tokens")), ct)
 
+    def decode_metas(self, metas: list[dict[str, Any]]) -> FrameInfo | None:
+        """All frames of one read at once, from their ``meta_info`` alone (the cumulative count of the
+        last frame gives the read's new tokens).  ``None`` whenever a frame needs the per-frame path
+        (a count that is missing or goes backwards, an abort), so every error is still found there."""
+        seen = total = self._seen
+        finish: str | None = None
+        prompt: int | None = None
+        for m in metas:
+            ct = m.get("completion_tokens")
+            if ct.__class__ is not int or ct < total:
+                return None
+            total = ct
+            fr = m.get("finish_reason")
+            if fr is not None:
+                if fr.__class__ is dict:
+                    if fr.get("type") == "abort":
+                        return None
+                    finish = fr.get("type")
+                elif fr.__class__ is str:
+                    finish = fr
+            pt = m.get("prompt_tokens")
+            if pt.__class__ is int:
+                prompt = pt
+        self._seen = total
+        return FrameInfo(total - seen, finish, prompt, total)
+
 
 class BadFrame(NamedTuple):
     """Stands in for a frame whose data is not valid JSON."""
@@ -244,26 +270,31 @@ def _generate_loads(data: str) -> Any:
     return {"meta_info": meta}
 
 
-def _generate_many(datas: list[str]) -> list[Any]:
-    """The ``meta_info`` of every frame of one read, decoded as one JSON array (else frame by frame)."""
+def _generate_metas(datas: list[str]) -> list[dict[str, Any]] | None:
+    """The ``meta_info`` of every frame of one read, decoded as one JSON array; ``None`` when a frame
+    does not end with a ``meta_info`` that carries ``completion_tokens`` (the caller decodes it all)."""
     metas = []
     cut = len(_META_KEY)
     for d in datas:
         i = d.rfind(_META_KEY)
         if i < 0 or not d.endswith("}"):
-            return [_one(x, _generate_loads) for x in datas]
+            return None
         metas.append(d[i + cut : -1])
     try:
         objs = json.loads("[" + ",".join(metas) + "]")
     except ValueError:
-        objs = None
-    if (
-        objs is None
-        or len(objs) != len(datas)
-        or not all(o.__class__ is dict and "completion_tokens" in o for o in objs)
-    ):
+        return None
+    if len(objs) != len(datas) or not all(o.__class__ is dict and "completion_tokens" in o for o in objs):
+        return None
+    return objs  # type: ignore[no-any-return]
+
+
+def _generate_many(datas: list[str]) -> list[Any]:
+    """The ``meta_info`` of every frame of one read, decoded as one JSON array (else frame by frame)."""
+    metas = _generate_metas(datas)
+    if metas is None:
         return [_one(x, _generate_loads) for x in datas]
-    return [{"meta_info": m} for m in objs]
+    return [{"meta_info": m} for m in metas]
 
 
 class CompletionsEndpoint:
@@ -344,6 +375,14 @@ class GenerateEndpoint:
 
     def loads_many(self, datas: list[str]) -> list[Any]:
         return _generate_many(datas)
+
+    def read_info(self, datas: list[str], decoder: FrameDecoder) -> FrameInfo | None:
+        """Fast path: one :class:`FrameInfo` for all frames of a read (cumulative frames make only the
+        last count matter); ``None`` sends the read through :meth:`loads_many` and per-frame decoding."""
+        metas = _generate_metas(datas)
+        if metas is None or not isinstance(decoder, _GenerateDecoder):
+            return None
+        return decoder.decode_metas(metas)
 
 
 def get_endpoint(name: str) -> Endpoint:

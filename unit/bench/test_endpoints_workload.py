@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_sskj.bench.endpoints import FrameInfo, get_endpoint
 from pytest_sskj.bench.workload import Workload, plan_requests
@@ -144,3 +146,56 @@ def test_invalid_workload_names_every_problem() -> None:
     with pytest.raises(ValueError, match="request_rate"):
         Workload(isl=1, osl=1, requests=1, concurrency=1, request_rate=-1.0)
     assert math.isinf(Workload(isl=1, osl=1, requests=1, concurrency=1).request_rate)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=40), st.integers(min_value=1, max_value=12))
+def test_generate_read_fast_path_agrees_with_frame_by_frame_decoding(steps: list[int], read_size: int) -> None:
+    """One FrameInfo per read from meta_info alone must give the same counts as decoding every frame."""
+    import json as _json
+
+    from pytest_sskj.bench.endpoints import GenerateEndpoint
+
+    ep = GenerateEndpoint()
+    frames, total = [], 0
+    for i, step in enumerate(steps):
+        total += step
+        last = i == len(steps) - 1
+        meta = {
+            "id": "r",
+            "prompt_tokens": 7,
+            "completion_tokens": total,
+            "finish_reason": {"type": "length"} if last else None,
+        }
+        frames.append(_json.dumps({"text": "x" * total, "output_ids": list(range(total)), "meta_info": meta}))
+    reads = [frames[i : i + read_size] for i in range(0, len(frames), read_size)]
+    fast_dec, slow_dec = ep.decoder(), ep.decoder()
+    fast_tokens, slow_tokens = [], []
+    fast_finish = slow_finish = None
+    for datas in reads:
+        info = ep.read_info(datas, fast_dec)
+        assert info is not None, "well-formed cumulative frames take the fast path"
+        fast_tokens.append(info.tokens)
+        fast_finish = info.finish_reason or fast_finish
+        n = 0
+        for obj in ep.loads_many(datas):
+            fi = slow_dec.decode(obj)
+            n += fi.tokens
+            slow_finish = fi.finish_reason or slow_finish
+        slow_tokens.append(n)
+    assert fast_tokens == slow_tokens and fast_finish == slow_finish == "length"
+
+
+def test_generate_fast_path_defers_backwards_counts_and_aborts_to_the_frame_path() -> None:
+    import json as _json
+
+    from pytest_sskj.bench.endpoints import GenerateEndpoint
+
+    ep = GenerateEndpoint()
+    dec = ep.decoder()
+    assert ep.read_info([_json.dumps({"meta_info": {"completion_tokens": 3}})], dec) is not None
+    backwards = [_json.dumps({"meta_info": {"completion_tokens": 2}})]
+    assert ep.read_info(backwards, dec) is None, "a count going backwards must reach the per-frame error path"
+    abort = [_json.dumps({"meta_info": {"completion_tokens": 4, "finish_reason": {"type": "abort", "message": "x"}}})]
+    assert ep.read_info(abort, dec) is None
+    assert ep.read_info(['{"error": {"message": "boom"}}'], dec) is None
