@@ -28,7 +28,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
     s = settings
     lines = [
         "pytest-sskj dry run: nothing is launched",
-        f"run id: {s.run_id}    reports: {s.run_dir}",
+        f"run id: {s.run_id}    reports: {s.run_dir_display}",
         f"engine: {s.engine}    launcher: {s.launcher}    placement: {s.placement}    "
         f"nodes: {','.join(s.nodes) or 'local'}",
         f"parallel: TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}    shape: ISL {s.isl} / OSL {s.osl}    "

@@ -79,7 +79,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"target {s.target_url}" if s.target_url else f"launcher {s.launcher}, nodes {','.join(s.nodes) or 'local'}"
     )
     lines = [
-        f"sskj: run {s.run_id} -> {s.run_dir}" + (" (dry run)" if s.dry_run else ""),
+        f"sskj: run {s.run_id} -> {s.run_dir_display}" + (" (dry run)" if s.dry_run else ""),
         f"sskj: engine {s.engine}, {target}, TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}"
         + (f", profile {s.profile}" if s.profile else ""),
         f"sskj: backends {','.join(s.backends)} | chunks {','.join(map(str, s.chunks))} | "

@@ -91,6 +91,14 @@ class Settings:
         return self.reports_dir / self.run_id
 
     @property
+    def run_dir_display(self) -> str:
+        """The run directory relative to the working directory when it lies below it (for humans)."""
+        try:
+            return str(self.run_dir.relative_to(Path.cwd()))
+        except ValueError:
+            return str(self.run_dir)
+
+    @property
     def baseline(self) -> str:
         return self.backends[0]
 
@@ -301,6 +309,12 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     values["env"] = values["env"] or ()
     values["ssh_options"] = values["ssh_options"] or ()
     values["run_id"] = values["run_id"] or values.get("resume") or new_run_id()
+    # anchored where pytest was invoked: tests (pytester) and servers change the working directory later
+    params = getattr(config, "invocation_params", None)
+    base = Path(params.dir) if params is not None else Path.cwd()
+    values["reports_dir"] = (
+        Path(values["reports_dir"]) if Path(values["reports_dir"]).is_absolute() else (base / values["reports_dir"])
+    )
     values["health_timeout_s"] = values["health_timeout_s"] or 60.0
     if values["port"] is None:
         values["port"] = 0

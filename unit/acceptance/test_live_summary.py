@@ -154,6 +154,6 @@ def test_resume_of_an_unknown_run_is_a_usage_error_naming_known_runs(pytester: p
     res.stderr.fnmatch_lines(
         [
             "*--resume nope: *nope holds no finished points to resume",
-            "*Hint: runs with points under reports: 20261129-010203-abcd",
+            "*Hint: runs with points under *reports: 20261129-010203-abcd",
         ]
     )
