@@ -410,6 +410,10 @@ class PointRunner:
 
         thread = threading.Thread(target=work, name=f"sskj-bench-{point.id}", daemon=True)
         crash: tuple[str, str] | None = None
+
+        def crashed(exc: BaseException) -> str:
+            return f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}"
+
         with allure.step(f"bench: warmup {self.settings.warmup}, {n_total} requests at C={point.concurrency}"):
             draw()
             thread.start()
@@ -422,10 +426,7 @@ class PointRunner:
                     try:
                         server.check_alive()
                     except ServerCrashed as exc:
-                        crash = (
-                            "crash",
-                            f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}",
-                        )
+                        crash = ("crash", crashed(exc))
                         break
             except BaseException:
                 # pytest-timeout (signal method) or Ctrl-C while the server hangs: tear it down, mark it
@@ -437,15 +438,12 @@ class PointRunner:
         err = box.get("error")
         if err is not None and crash is None:
             if isinstance(err, ServerCrashed):
-                crash = ("crash", f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(err))}")
+                crash = ("crash", crashed(err))
             else:
                 try:
                     server.check_alive()
                 except ServerCrashed as exc:
-                    crash = (
-                        "crash",
-                        f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}",
-                    )
+                    crash = ("crash", crashed(exc))
                 else:
                     crash = ("bench", f"the bench client failed during {point.id}: {type(err).__name__}: {err}")
         return box.get("result"), crash

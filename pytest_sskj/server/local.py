@@ -11,14 +11,13 @@ prove that teardown left nothing behind.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.server.launcher import CommandResult
-from pytest_sskj.server.process import ManagedProcess, Reaper
+from pytest_sskj.server.process import ManagedProcess, Reaper, communicate_or_kill
 from pytest_sskj.server.spec import NodeCommand
 
 __all__ = ["LocalLauncher", "LocalProcess"]
@@ -110,14 +109,8 @@ class LocalLauncher:
             env=self._env(()),
             cwd=str(self.cwd) if self.cwd else None,
         )
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, err = proc.communicate()
+        out, err, timed_out = communicate_or_kill(proc, timeout_s)
+        if timed_out:
             return CommandResult(node, -9, out, err + f"\n(timed out after {timeout_s:g} s and was killed)")
         return CommandResult(node, proc.returncode, out, err)
 

@@ -19,7 +19,35 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["ManagedProcess", "Reaper", "describe_exit", "main", "session_pids", "tail_lines", "tree_pids"]
+__all__ = [
+    "ManagedProcess",
+    "Reaper",
+    "communicate_or_kill",
+    "describe_exit",
+    "main",
+    "session_pids",
+    "tail_lines",
+    "tree_pids",
+]
+
+
+def communicate_or_kill(
+    proc: subprocess.Popen[str], timeout_s: float, stdin: str | None = None
+) -> tuple[str, str, bool]:
+    """Wait for a short command started in its own session; on timeout SIGKILL its whole process group.
+
+    Returns ``(stdout, stderr, timed_out)``.
+    """
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        return out, err, True
+    return out, err, False
 
 
 def tail_lines(path: Path, n: int = 30, *, max_bytes: int = 256 * 1024) -> list[str]:

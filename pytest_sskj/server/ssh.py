@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.report.redact import is_secret_name, redact_argv, redact_text
 from pytest_sskj.server.launcher import CommandResult
+from pytest_sskj.server.process import communicate_or_kill
 from pytest_sskj.server.remote_sh import (
     bootstrap_script,
     pids_script,
@@ -513,14 +514,8 @@ class SshLauncher:
             )
         except OSError as exc:
             raise LauncherError(f"could not run {self.ssh.ssh!r}: {exc}; install the OpenSSH client") from exc
-        try:
-            out, err = proc.communicate(stdin, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, err = proc.communicate()
+        out, err, timed_out = communicate_or_kill(proc, timeout_s, stdin)
+        if timed_out:
             return CommandResult(node, -9, out, err + f"\n(ssh to {node} timed out after {timeout_s:g} s; killed)")
         return CommandResult(node, proc.returncode, out, redact_text(err, self.secrets))
 
