@@ -19,6 +19,7 @@ __all__ = [
     "NCCL",
     "NUMERICS",
     "OOM",
+    "OUTPUT_MISMATCH",
     "REGRESSION",
     "SLO",
     "TIMEOUT",
@@ -34,6 +35,7 @@ SLO = "[slo]"
 REGRESSION = "[regression]"
 CLIENT_BOUND = "[client-bound]"
 NUMERICS = "[numerics]"
+OUTPUT_MISMATCH = "[output-mismatch]"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ CATEGORIES: tuple[Category, ...] = (
     Category("SLO miss", SLO),
     Category("Performance regression", REGRESSION),
     Category("Client-bound measurement", CLIENT_BOUND),
+    Category("Output mismatch", OUTPUT_MISMATCH),
     Category("Numerics mismatch", NUMERICS, (r"Not equal to tolerance", r"Tensor-likes are not close")),
 )
 

@@ -1,0 +1,599 @@
+"""Output agreement: a candidate backend that changes what the model says must not pass the A/B.
+
+Method (version :data:`METHOD_VERSION`).  Every side of a comparison answers one fixed set of greedy
+probe requests (:func:`probe_set`: ``--sskj-agreement-prompts`` prompts of 8-128 seeded random token ids,
+temperature 0, ``ignore_eos``, the point's OSL -- 16 when it is 1, at most 64 -- the same prompts for
+baseline and candidate).  The *exact* generated token ids come from the engine itself through a request
+*dialect* (:data:`DIALECTS`: llama.cpp's native ``/completion`` with ``return_tokens``, OpenAI
+``/v1/completions`` with ``return_token_ids``, SGLang ``/generate`` ``output_ids``), never from re-tokenized
+text.  The probes run inside the serving points while the server is up (no extra launch): repeat 1 of
+every side at the point's concurrency (role ``ab``), and the baseline's repeat 2 one request at a time
+(role ``aa``, the A/A control: another server run where repeats are interleaved, the same server
+otherwise, and a different batch size -- the engine's own nondeterminism, batch-size-dependent numerics
+included).
+
+Per prompt the two sides' sequences give: whether the first token agrees, the length of the matching
+prefix, and whether the sequences are identical.  Over the prompt set: ``first_token_agreement_frac``,
+``identical_seq_frac``, ``mean_prefix_match_tokens`` and ``mean_prefix_match_frac`` (prefix / OSL).
+Gates (``--sskj-agreement-min``, e.g. ``first_token_agreement_frac>=0.95`` for an MXFP4-vs-Marlin change,
+``identical_seq_frac>=1`` for one that must be bit-identical) are judged on the fixed probe set.  A gate
+the A/B misses is ``output-mismatch`` (naming the prompts that diverged and at which token) -- unless
+the baseline's own A/A misses it too: then the candidate's difference cannot be told from the engine's
+nondeterminism and the verdict is ``inconclusive`` (also a failure: agreement was not shown).  The probe
+time is reported as a fraction of the comparison's wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "DIALECTS",
+    "GATE_METRICS",
+    "METHOD_VERSION",
+    "Agreement",
+    "AgreementGate",
+    "AgreementVerdict",
+    "Dialect",
+    "Divergence",
+    "Probe",
+    "ProbeSet",
+    "agreement",
+    "judge",
+    "load_probe",
+    "parse_gates",
+    "probe_osl",
+    "probe_roles",
+    "probe_set",
+    "run_probe",
+    "save_probe",
+    "wilson",
+]
+
+METHOD_VERSION = "agreement-1"
+"""Version of the probe set and the agreement figures (recorded in every verdict)."""
+
+GATE_METRICS = ("first_token_agreement_frac", "identical_seq_frac", "mean_prefix_match_frac")
+"""Figures a gate can bound from below (fractions in [0, 1])."""
+
+_MIN_PROMPT, _MAX_PROMPT = 8, 128
+_DEFAULT_OSL, _MAX_OSL = 16, 64
+_SEED_SALT = 0x5A9EE  # probe prompts never coincide with a bench repeat's prompts
+_SHOWN_DIVERGENCES = 5
+
+
+# -- request dialects ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Dialect:
+    """How one engine family returns exact output token ids for a greedy, non-streaming request."""
+
+    name: str
+    path: str
+    describe: str
+    body: Callable[[Sequence[int], int, int, str | None], dict[str, Any]]
+    """``(prompt_ids, osl, seed, model) -> JSON body``."""
+    tokens: Callable[[Any], list[int]]
+    """The generated token ids of the JSON response (``ValueError`` naming what was seen otherwise)."""
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise ValueError(f"{where} is not a list of token ids: {str(value)[:200]}")
+    return list(value)
+
+
+def _keys(d: Any) -> str:
+    return ", ".join(map(str, d)) if isinstance(d, Mapping) else type(d).__name__
+
+
+def _llamacpp_body(ids: Sequence[int], osl: int, seed: int, model: str | None) -> dict[str, Any]:
+    return {
+        "prompt": list(ids),
+        "n_predict": osl,
+        "temperature": 0.0,
+        "top_k": 1,
+        "seed": seed,
+        "ignore_eos": True,
+        "cache_prompt": False,
+        "return_tokens": True,
+        "stream": False,
+    }
+
+
+def _llamacpp_tokens(d: Any) -> list[int]:
+    if not isinstance(d, Mapping) or "tokens" not in d:
+        raise ValueError(f"llama.cpp /completion answer has no 'tokens' (keys: {_keys(d)})")
+    return _int_list(d["tokens"], "'tokens'")
+
+
+def _openai_body(ids: Sequence[int], osl: int, seed: int, model: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "prompt": list(ids),
+        "max_tokens": osl,
+        "temperature": 0.0,
+        "seed": seed,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "stream": False,
+    }
+    if model:
+        body["model"] = model
+    return body
+
+
+def _openai_tokens(d: Any) -> list[int]:
+    choices = d.get("choices") if isinstance(d, Mapping) else None
+    if not choices or not isinstance(choices[0], Mapping) or choices[0].get("token_ids") is None:
+        raise ValueError(f"/v1/completions answer has no choices[0].token_ids (keys: {_keys(d)})")
+    return _int_list(choices[0]["token_ids"], "choices[0].token_ids")
+
+
+def _sglang_body(ids: Sequence[int], osl: int, seed: int, model: str | None) -> dict[str, Any]:
+    return {
+        "input_ids": list(ids),
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": osl, "ignore_eos": True},
+        "stream": False,
+    }
+
+
+def _sglang_tokens(d: Any) -> list[int]:
+    if not isinstance(d, Mapping) or "output_ids" not in d:
+        raise ValueError(f"/generate answer has no 'output_ids' (keys: {_keys(d)})")
+    return _int_list(d["output_ids"], "'output_ids'")
+
+
+DIALECTS: Mapping[str, Dialect] = MappingProxyType(
+    {
+        "llamacpp": Dialect(
+            "llamacpp",
+            "/completion",
+            "llama.cpp native POST /completion with return_tokens: true",
+            _llamacpp_body,
+            _llamacpp_tokens,
+        ),
+        "openai-token-ids": Dialect(
+            "openai-token-ids",
+            "/v1/completions",
+            'OpenAI POST /v1/completions with "return_token_ids": true (vLLM)',
+            _openai_body,
+            _openai_tokens,
+        ),
+        "sglang-generate": Dialect(
+            "sglang-generate",
+            "/generate",
+            "SGLang native POST /generate (output_ids)",
+            _sglang_body,
+            _sglang_tokens,
+        ),
+    }
+)
+"""Request adapters keyed by dialect name; an engine names its dialect."""
+
+
+def dialect(name: str) -> Dialect:
+    """The dialect called ``name``; ``ValueError`` naming the known ones otherwise."""
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise ValueError(f"no output-agreement dialect {name!r}; known: {', '.join(DIALECTS)}") from None
+
+
+# -- the probe set -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProbeSet:
+    """The fixed greedy probe prompts of a run (identical for every side of a comparison)."""
+
+    seed: int
+    osl: int
+    prompts: tuple[tuple[int, ...], ...]
+
+
+def probe_osl(osl: int) -> int:
+    """Probe output length: the point's OSL, 16 when it is 1 (prefill-only points), at most 64."""
+    return _DEFAULT_OSL if osl <= 1 else min(osl, _MAX_OSL)
+
+
+def probe_set(seed: int, n: int, *, isl: int, osl: int, vocab_low: int = 300, vocab_high: int = 500) -> ProbeSet:
+    """``n`` prompts of 8..min(ISL, 128) token ids in ``[vocab_low, vocab_high)``, seeded by ``seed`` only."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, _SEED_SALT])
+    hi = max(1, min(isl, _MAX_PROMPT))
+    lo = min(_MIN_PROMPT, hi)
+    lengths = rng.integers(lo, hi + 1, size=n)
+    prompts = tuple(tuple(int(x) for x in rng.integers(vocab_low, vocab_high, size=int(k))) for k in lengths)
+    return ProbeSet(seed, probe_osl(osl), prompts)
+
+
+def probe_roles(*, repeat: int, repeats: int, is_baseline: bool, concurrency: int) -> list[tuple[str, int]]:
+    """Which probes a serving point runs: ``[(role, concurrency)]``.
+
+    Repeat 1 of every side: ``ab`` at the point's concurrency.  The baseline's repeat 2 (repeat 1 right
+    after ``ab`` when there is one repeat): ``aa`` one request at a time, the A/A control.
+    """
+    roles: list[tuple[str, int]] = []
+    if repeat == 1:
+        roles.append(("ab", concurrency))
+    if is_baseline and (repeat == 2 or (repeat == 1 and repeats == 1)):
+        roles.append(("aa", 1))
+    return roles
+
+
+@dataclass
+class Probe:
+    """One side's answers to the probe set: token ids per prompt (``None`` where the request failed)."""
+
+    role: str
+    dialect: str
+    concurrency: int
+    osl: int
+    seed: int
+    wall_s: float
+    tokens: list[list[int] | None]
+    errors: list[str | None] = field(default_factory=list)
+    point_id: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    def failed(self) -> list[int]:
+        return [i for i, t in enumerate(self.tokens) if t is None]
+
+
+def run_probe(
+    url: str,
+    dialect_name: str,
+    probes: ProbeSet,
+    *,
+    concurrency: int,
+    role: str = "ab",
+    model: str | None = None,
+    timeout_s: float = 120.0,
+    point_id: str = "",
+) -> Probe:
+    """Send every probe prompt to ``url`` (``concurrency`` in flight) and collect the exact token ids."""
+    import httpx
+
+    d = dialect(dialect_name)
+    base = url.rstrip("/")
+    tokens: list[list[int] | None] = [None] * len(probes.prompts)
+    errors: list[str | None] = [None] * len(probes.prompts)
+    t0 = time.perf_counter()
+    with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+        if dialect_name == "openai-token-ids" and not model:
+            model = _served_model(client, base)
+
+        def one(i: int) -> None:
+            body = d.body(probes.prompts[i], probes.osl, probes.seed, model)
+            try:
+                r = client.post(base + d.path, json=body)
+                if r.status_code != 200:
+                    raise ValueError(f"HTTP {r.status_code}: {r.text[:200]}")
+                tokens[i] = d.tokens(r.json())
+            except (httpx.HTTPError, ValueError) as exc:
+                errors[i] = f"{type(exc).__name__}: {exc}"
+
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(probes.prompts) or 1))) as ex:
+            list(ex.map(one, range(len(probes.prompts))))
+    wall = time.perf_counter() - t0
+    return Probe(role, dialect_name, concurrency, probes.osl, probes.seed, round(wall, 4), tokens, errors, point_id)
+
+
+def _served_model(client: Any, base: str) -> str | None:
+    """The first model ``/v1/models`` lists (an OpenAI server wants one); ``None`` when it lists none."""
+    import httpx
+
+    try:
+        data = client.get(base + "/v1/models").json().get("data") or []
+        return str(data[0]["id"]) if data else None
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def save_probe(point_dir: Path, probe: Probe) -> Path:
+    """Write ``agreement-<role>.json`` in the point's directory (atomically)."""
+    from pytest_sskj.acceptance.store import atomic_write_json
+
+    path = point_dir / f"agreement-{probe.role}.json"
+    atomic_write_json(path, {"method": METHOD_VERSION, **asdict(probe)})
+    return path
+
+
+def load_probe(point_dir: Path, role: str) -> Probe | None:
+    """The probe of ``role`` stored in ``point_dir``; ``None`` when absent, unreadable or of another method."""
+    try:
+        d = json.loads((point_dir / f"agreement-{role}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or d.pop("method", None) != METHOD_VERSION:
+        return None
+    try:
+        return Probe(**d)
+    except TypeError:
+        return None
+
+
+# -- the figures -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Divergence:
+    """Where one prompt's two sequences part: the first differing token position and the two ids there."""
+
+    prompt: int
+    token: int
+    baseline: int | None
+    candidate: int | None
+
+    def describe(self) -> str:
+        return f"prompt {self.prompt} at token {self.token} ({self.baseline} vs {self.candidate})"
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Agreement of two probes over the prompts both answered."""
+
+    n: int
+    compared: int
+    osl: int
+    first_token_agreement_frac: float | None
+    identical_seq_frac: float | None
+    mean_prefix_match_tokens: float | None
+    mean_prefix_match_frac: float | None
+    divergences: tuple[Divergence, ...] = ()
+    missing: tuple[int, ...] = ()
+    """Prompts one side did not answer (left out of the figures)."""
+
+    def value(self, metric: str) -> float | None:
+        v = getattr(self, metric)
+        return float(v) if isinstance(v, (int, float)) else None
+
+    def counts(self) -> tuple[int, int]:
+        """(prompts whose first token agrees, identical sequences)."""
+        first_bad = sum(1 for d in self.divergences if d.token == 0)
+        return self.compared - first_bad, self.compared - len(self.divergences)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["divergences"] = [asdict(x) for x in self.divergences]
+        return d
+
+
+def _prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    k = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        k += 1
+    return k
+
+
+def agreement(base: Probe, cand: Probe) -> Agreement:
+    """First-token agreement, identical sequences and matching prefix of ``cand`` against ``base``."""
+    n = min(base.n, cand.n)
+    pairs = [(i, base.tokens[i], cand.tokens[i]) for i in range(n)]
+    both = [(i, a, b) for i, a, b in pairs if a is not None and b is not None]
+    missing = tuple(i for i, a, b in pairs if a is None or b is None)
+    osl = max(base.osl, cand.osl)
+    if not both:
+        return Agreement(n, 0, osl, None, None, None, None, (), missing)
+    divs: list[Divergence] = []
+    prefixes: list[int] = []
+    for i, a, b in both:
+        k = _prefix(a, b)
+        prefixes.append(k)
+        if a != b:
+            divs.append(Divergence(i, k, a[k] if k < len(a) else None, b[k] if k < len(b) else None))
+    m = len(both)
+    first = sum(1 for _, a, b in both if a[:1] == b[:1] and (a or b)) / m
+    mean_prefix = sum(prefixes) / m
+    return Agreement(
+        n,
+        m,
+        osl,
+        round(first, 6),
+        round((m - len(divs)) / m, 6),
+        round(mean_prefix, 4),
+        round(mean_prefix / osl, 6) if osl else None,
+        tuple(divs),
+        missing,
+    )
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float] | None:
+    """Wilson 95 % interval of a proportion ``k/n`` (``None`` for ``n == 0``)."""
+    if n <= 0:
+        return None
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+# -- gates -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AgreementGate:
+    """``metric >= threshold`` on the probe set."""
+
+    metric: str
+    threshold: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}>={self.threshold:g}"
+
+    def holds(self, a: Agreement) -> bool | None:
+        v = a.value(self.metric)
+        return None if v is None else v >= self.threshold - 1e-12
+
+
+def parse_gates(text: Any) -> tuple[AgreementGate, ...]:
+    """``'first_token_agreement_frac>=0.95,identical_seq_frac>=1'``, a bare fraction (first-token
+    agreement) or ``none``; ``ValueError`` saying what is wrong otherwise."""
+    raw = str(text).strip()
+    if raw.lower() in ("none", "off", ""):
+        return ()
+    gates: list[AgreementGate] = []
+    for part in raw.split(","):
+        item = part.strip()
+        if not item:
+            raise ValueError(f"{raw!r} has an empty gate (a stray comma?)")
+        metric, sep, value = item.partition(">=")
+        if not sep:
+            metric, value = "first_token_agreement_frac", item
+        metric = metric.strip()
+        if metric not in GATE_METRICS:
+            raise ValueError(f"{metric!r} is not an agreement figure (known: {', '.join(GATE_METRICS)})")
+        try:
+            threshold = float(value.strip())
+        except ValueError:
+            raise ValueError(f"{item!r}: {value.strip()!r} is not a number") from None
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"{item!r}: the threshold is a fraction in [0, 1], not {threshold:g}")
+        gates.append(AgreementGate(metric, threshold))
+    return tuple(gates)
+
+
+# -- the verdict -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AgreementVerdict:
+    """The output-agreement part of a comparison verdict."""
+
+    outcome: str
+    """``agree``, ``output-mismatch``, ``inconclusive``, ``recorded`` (no gates) or ``not-measured``."""
+    message: str
+    ab: Agreement | None = None
+    aa: Agreement | None = None
+    gates: tuple[AgreementGate, ...] = ()
+    failed_gates: tuple[str, ...] = ()
+    aa_what: str = ""
+    probe_s: float | None = None
+    comparison_s: float | None = None
+    dialect: str = ""
+
+    @property
+    def passed(self) -> bool | None:
+        """True/False when gates were judged (or could not be), ``None`` when only recorded."""
+        if self.outcome == "agree":
+            return True
+        if self.outcome == "recorded" or (self.outcome == "not-measured" and not self.gates):
+            return None
+        return False
+
+    @property
+    def overhead_frac(self) -> float | None:
+        if self.probe_s is None or not self.comparison_s:
+            return None
+        return self.probe_s / self.comparison_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "method": METHOD_VERSION,
+            "outcome": self.outcome,
+            "passed": self.passed,
+            "message": self.message,
+            "dialect": self.dialect,
+            "gates": [str(g) for g in self.gates],
+            "failed_gates": list(self.failed_gates),
+            "ab": self.ab.as_dict() if self.ab else None,
+            "aa": self.aa.as_dict() if self.aa else None,
+            "aa_what": self.aa_what,
+            "probe_s": self.probe_s,
+            "comparison_s": self.comparison_s,
+            "overhead_frac": None if self.overhead_frac is None else round(self.overhead_frac, 4),
+        }
+
+
+def _figures(a: Agreement) -> str:
+    first, ident = a.counts()
+    ci = wilson(first, a.compared)
+    ci_txt = f", 95 % CI {ci[0]:.2f}-{ci[1]:.2f}" if ci else ""
+    out = (
+        f"first token {first}/{a.compared} ({a.first_token_agreement_frac:.3f}{ci_txt}), "
+        f"identical {ident}/{a.compared} ({a.identical_seq_frac:.3f}), "
+        f"matching prefix {a.mean_prefix_match_tokens:.1f}/{a.osl} tokens"
+    )
+    if a.missing:
+        out += f"; {len(a.missing)} prompt(s) unanswered on a side, left out: {list(a.missing)[:8]}"
+    return out
+
+
+def _divergences(a: Agreement) -> str:
+    shown = "; ".join(d.describe() for d in a.divergences[:_SHOWN_DIVERGENCES])
+    more = f" (+{len(a.divergences) - _SHOWN_DIVERGENCES} more)" if len(a.divergences) > _SHOWN_DIVERGENCES else ""
+    return f"diverged: {shown}{more}" if shown else "no prompt diverged"
+
+
+def _aa_sentence(aa: Agreement | None, what: str) -> str:
+    if aa is None or not aa.compared:
+        return f"no A/A control ({what})" if what else "no A/A control"
+    if not aa.divergences:
+        return f"A/A control ({what}): identical {aa.compared}/{aa.compared}, the engine is deterministic here"
+    return (
+        f"A/A control ({what}): {_figures(aa)} -- the engine's own nondeterminism (batch size or run to run); "
+        f"{_divergences(aa)}"
+    )
+
+
+def _cost(probe_s: float | None, comparison_s: float | None) -> str:
+    if probe_s is None or not comparison_s:
+        return ""
+    return f"; probes {probe_s:.2f} s = {100 * probe_s / comparison_s:.1f} % of the comparison's {comparison_s:.1f} s"
+
+
+def judge(
+    ab: Agreement | None,
+    aa: Agreement | None,
+    gates: Sequence[AgreementGate],
+    *,
+    baseline: str,
+    candidate: str,
+    why_missing: str = "",
+    aa_what: str = "",
+    probe_s: float | None = None,
+    comparison_s: float | None = None,
+    dialect_name: str = "",
+) -> AgreementVerdict:
+    """Judge the A/B agreement ``ab`` against ``gates`` with the baseline's A/A control ``aa``."""
+    from pytest_sskj.report.categories import OUTPUT_MISMATCH
+
+    gates = tuple(gates)
+
+    def make(outcome: str, message: str, failed: tuple[str, ...] = ()) -> AgreementVerdict:
+        return AgreementVerdict(outcome, message, ab, aa, gates, failed, aa_what, probe_s, comparison_s, dialect_name)
+
+    subject = f"output agreement of {candidate} with {baseline}"
+    if ab is None or not ab.compared:
+        why = why_missing or ("no prompt was answered by both sides" if ab is not None else "no probes")
+        return make("not-measured", f"{subject} not measured: {why}")
+    head = f"{subject} on {ab.compared} greedy prompts x {ab.osl} tokens: {_figures(ab)}"
+    tail = f"; {_aa_sentence(aa, aa_what)}{_cost(probe_s, comparison_s)}"
+    if not gates:
+        body = f"{head} (recorded, no gate: set --sskj-agreement-min)"
+        if ab.divergences:
+            body += f"; {_divergences(ab)}"
+        return make("recorded", body + tail)
+    failed = tuple(
+        f"{g.metric} {ab.value(g.metric) if ab.value(g.metric) is not None else 'n/a'} < {g.threshold:g}"
+        for g in gates
+        if not g.holds(ab)
+    )
+    if not failed:
+        return make("agree", f"{head} meets {', '.join(map(str, gates))}{tail}")
+    aa_fails = aa is not None and aa.compared > 0 and any(not g.holds(aa) for g in gates if not g.holds(ab))
+    if aa_fails:
+        msg = (
+            f"{OUTPUT_MISMATCH} inconclusive: {head} misses {'; '.join(failed)}, but the baseline misses it "
+            f"against itself too, so the difference cannot be told from the engine's own nondeterminism"
+            f"; {_divergences(ab)}{tail}"
+        )
+        return make("inconclusive", msg, failed)
+    msg = f"{OUTPUT_MISMATCH} {head} misses {'; '.join(failed)}; {_divergences(ab)}{tail}"
+    return make("output-mismatch", msg, failed)
