@@ -7,12 +7,18 @@ an interval that straddles the margin fails with the users' table wording
 ("+10.96 % input TPS, −9.91 % TTFT P50 (95 % CI …)").  With ``--sskj-compare-expect report`` (the embedded
 engine's default: its two variants have no machine-independent order) the verdict is recorded and shown,
 and the test skips naming the option that enforces it.
+
+Output agreement is a separate part of the verdict, enforced whatever ``--sskj-compare-expect`` says: both
+sides' exact output token ids on a fixed set of greedy probe prompts must meet ``--sskj-agreement-min``
+(default first-token agreement >= 0.95), else the test fails with ``[output-mismatch]`` naming the prompts
+that diverged and at which token; the baseline's A/A control shows the engine's own nondeterminism.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from pytest_sskj.acceptance.agreement import AgreementVerdict
 from pytest_sskj.acceptance.matrix import Comparison
 from pytest_sskj.acceptance.plugin import Acceptance, SiteDefaults
 from pytest_sskj.report.categories import CRASH, REGRESSION
@@ -47,8 +53,28 @@ def test_backend_comparison(
             pytrace=False,
         )
     print(verdict.message())
+    agreement = sskj_acceptance.agreements.get(comp.id)
+    if agreement is not None:
+        _report_agreement(agreement)
+        if agreement.passed is False:
+            pytest.fail(agreement.message, pytrace=False)
     if settings.compare_expect == "report":
         pytest.skip(
             f"verdict recorded, not enforced: {verdict.message()} — enforce it with --sskj-compare-expect better"
         )
     assert verdict.outcome == "better", f"{REGRESSION} {verdict.message()}"
+
+
+def _report_agreement(agreement: AgreementVerdict) -> None:
+    from pytest_sskj.report import allure
+
+    ab = agreement.ab
+    allure.metric_parameters(
+        first_token_agreement_frac=ab.first_token_agreement_frac if ab else None,
+        identical_seq_frac=ab.identical_seq_frac if ab else None,
+        mean_prefix_match_tokens=ab.mean_prefix_match_tokens if ab else None,
+        aa_identical_seq_frac=agreement.aa.identical_seq_frac if agreement.aa else None,
+        agreement_overhead_frac=agreement.overhead_frac,
+    )
+    allure.attach_json("output agreement", agreement.as_dict())
+    print(agreement.message)

@@ -27,6 +27,8 @@ class EngineInfo:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     """Default settings for this engine (shape, matrix, endpoint, port)."""
     description: str = ""
+    agreement_dialect: str = ""
+    """How exact output token ids are obtained (a key of ``pytest_sskj.acceptance.agreement.DIALECTS``)."""
 
 
 # SGLang --moe-runner-backend choices at the users' base commit (domain.md §8.1).
@@ -54,7 +56,8 @@ ENGINES: Mapping[str, EngineInfo] = MappingProxyType(
     {
         "embedded": EngineInfo(
             name="embedded",
-            backends=("parallel", "serial"),
+            # q8_0 / mxfp4: parallel on the same weights quantized (output agreement's known difference)
+            backends=("parallel", "serial", "q8_0", "mxfp4"),
             defaults=MappingProxyType(
                 {
                     "backends": ("parallel", "serial"),
@@ -80,6 +83,7 @@ ENGINES: Mapping[str, EngineInfo] = MappingProxyType(
                 }
             ),
             description="llama.cpp's HTTP server on CPU (xllamacpp wheel) serving a tiny generated GGUF model",
+            agreement_dialect="llamacpp",
         ),
         "sglang": EngineInfo(
             name="sglang",
@@ -99,6 +103,7 @@ ENGINES: Mapping[str, EngineInfo] = MappingProxyType(
                 }
             ),
             description="python -m sglang.launch_server, one rank per node",
+            agreement_dialect="sglang-generate",
         ),
         "vllm": EngineInfo(
             name="vllm",
@@ -118,6 +123,7 @@ ENGINES: Mapping[str, EngineInfo] = MappingProxyType(
                 }
             ),
             description="vllm serve (single node, or multi-node data parallel)",
+            agreement_dialect="openai-token-ids",
         ),
     }
 )

@@ -29,6 +29,7 @@ Kind = Literal[
     "choice",
     "append",
     "slo",
+    "agreement",
 ]
 
 
@@ -195,6 +196,24 @@ OPTIONS: tuple[Option, ...] = (
         "default) or report (verdicts are recorded, not enforced; the embedded engine's default)",
         default="better",
         choices=("better", "report"),
+    ),
+    Option(
+        "agreement_min",
+        ("--sskj-agreement-min",),
+        "agreement",
+        "Output-agreement gates of every A/B on the fixed greedy probe prompts: "
+        "'first_token_agreement_frac>=0.95' (default; a bare number means the same), "
+        "'identical_seq_frac>=1' for a change that must be bit-identical, also mean_prefix_match_frac; "
+        "'none' records the figures without a gate",
+        default="first_token_agreement_frac>=0.95",
+    ),
+    Option(
+        "agreement_prompts",
+        ("--sskj-agreement-prompts",),
+        "int0",
+        "Greedy probe prompts per side of every A/B whose exact output token ids are compared "
+        "(default 32; 0 turns output agreement off)",
+        default=32,
     ),
     Option(
         "expect_best_chunk",

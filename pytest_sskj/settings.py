@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_sskj import parsing
+from pytest_sskj.acceptance.agreement import AgreementGate, parse_gates
 from pytest_sskj.engines import engine_info
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
@@ -62,6 +63,8 @@ class Settings:
     slo: tuple[SloGate, ...]
     margin_pct: float
     compare_expect: str
+    agreement_min: tuple[AgreementGate, ...]
+    agreement_prompts: int
     expect_best_chunk: int | None
     search: str
     search_max: int
@@ -119,6 +122,7 @@ class Settings:
         d["ssh_identity"] = REDACTED if self.ssh_identity else None  # an identity path is a secret too
         d["ssh_config"] = str(self.ssh_config) if self.ssh_config else None
         d["slo"] = [str(g) for g in self.slo]
+        d["agreement_min"] = [str(g) for g in self.agreement_min]
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
         d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate
         d["sources"] = dict(self.sources)
@@ -152,6 +156,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "name_list": parsing.parse_name_list,
     "path": lambda v: Path(str(v)).expanduser(),
     "slo": parse_slo,
+    "agreement": parse_gates,
 }
 
 
@@ -178,6 +183,7 @@ def _accepted(opt: Option) -> str:
         "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
         "choice": ", ".join(opt.choices),
         "slo": "gates like ttft_p95_ms<3000,tpot_p95_ms<50, or none",
+        "agreement": "gates like first_token_agreement_frac>=0.95,identical_seq_frac>=1, a bare fraction, or none",
         "append": "KEY=VALUE" if opt.dest == "env" else "any string",
     }.get(opt.kind, "a string")
 
@@ -269,6 +275,7 @@ def _hint(opt: Option) -> str | None:
         "concurrencies": "concurrencies are client-side in-flight requests: --concurrency 8,16",
         "engine": "--engine sglang for SGLang, --engine embedded for the CPU engine",
         "slo": "--sskj-slo 'ttft_p95_ms<3000,tpot_p95_ms<50'",
+        "agreement_min": "--sskj-agreement-min identical_seq_frac>=1 (bit-identical), 0.95, or none",
         "profile": "profiles are TOML files; see pytest_sskj/profile.py for the keys",
     }.get(opt.dest, f"see `pytest --help`, option {opt.display}")
 

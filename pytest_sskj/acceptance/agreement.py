@@ -597,3 +597,110 @@ def judge(
         return make("inconclusive", msg, failed)
     msg = f"{OUTPUT_MISMATCH} {head} misses {'; '.join(failed)}; {_divergences(ab)}{tail}"
     return make("output-mismatch", msg, failed)
+
+
+# -- glue for the acceptance flow ----------------------------------------------------------------------------
+def probe_repeat(role: str, repeats: int) -> int:
+    """The repeat whose point runs the probe of ``role`` (see :func:`probe_roles`)."""
+    return 2 if role == "aa" and repeats >= 2 else 1
+
+
+def run_roles(
+    url: str,
+    dialect_name: str,
+    probes: ProbeSet,
+    roles: Sequence[tuple[str, int]],
+    out_dir: Path,
+    *,
+    model: str | None = None,
+    point_id: str = "",
+) -> list[Probe]:
+    """Run and store (``agreement-<role>.json`` in ``out_dir``) the probe of every role, in order."""
+    done = []
+    for role, conc in roles:
+        p = run_probe(url, dialect_name, probes, concurrency=conc, role=role, model=model, point_id=point_id)
+        save_probe(out_dir, p)
+        done.append(p)
+    return done
+
+
+def judge_dirs(
+    base_ab: Path,
+    cand_ab: Path,
+    base_aa: Path | None,
+    gates: Sequence[AgreementGate],
+    *,
+    baseline: str,
+    candidate: str,
+    aa_what: str,
+    measured_s: float,
+) -> AgreementVerdict:
+    """Load the stored probes of a comparison and judge them; ``measured_s``: the sides' points' wall time."""
+    b, c = load_probe(base_ab, "ab"), load_probe(cand_ab, "ab")
+    aa_probe = load_probe(base_aa, "aa") if base_aa is not None else None
+    missing = [f"{d.name}/agreement-ab.json" for d, p in ((base_ab, b), (cand_ab, c)) if p is None]
+    errors = [f"{p.point_id}: {e}" for p in (b, c) if p is not None for e in p.errors if e][:3]
+    why = "; ".join([*(f"probe {m} missing" for m in missing), *errors])
+    ab = agreement(b, c) if b is not None and c is not None else None
+    aa = agreement(b, aa_probe) if b is not None and aa_probe is not None else None
+    probe_s = sum(p.wall_s for p in (b, c, aa_probe) if p is not None)
+    return judge(
+        ab,
+        aa,
+        gates,
+        baseline=baseline,
+        candidate=candidate,
+        why_missing=why,
+        aa_what=aa_what if aa is not None else "baseline probe of the A/A repeat missing",
+        probe_s=probe_s,
+        comparison_s=measured_s + probe_s,
+        dialect_name=next((p.dialect for p in (b, c) if p is not None), ""),
+    )
+
+
+def _frac(v: Any) -> str:
+    return "n/a" if not isinstance(v, (int, float)) else f"{v:.3f}"
+
+
+def agreement_table(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Markdown-style lines: one row per comparison verdict that carries an ``agreement`` part."""
+    rows = []
+    for v in verdicts:
+        a = v.get("agreement")
+        if v.get("kind") != "comparison" or not isinstance(a, Mapping):
+            continue
+        ab = a.get("ab") if isinstance(a.get("ab"), Mapping) else {}
+        aa = a.get("aa") if isinstance(a.get("aa"), Mapping) else {}
+        assert isinstance(ab, Mapping) and isinstance(aa, Mapping)
+        over = a.get("overhead_frac")
+        rows.append(
+            [
+                f"{v.get('candidate')} vs {v.get('baseline')}",
+                str(v.get("chunk")),
+                str(v.get("concurrency")),
+                _frac(ab.get("first_token_agreement_frac")),
+                _frac(ab.get("identical_seq_frac")),
+                "n/a" if ab.get("mean_prefix_match_tokens") is None else f"{ab['mean_prefix_match_tokens']:.1f}",
+                _frac(aa.get("identical_seq_frac")),
+                "n/a" if not isinstance(over, (int, float)) else f"{100 * over:.1f} %",
+                str(a.get("outcome")),
+            ]
+        )
+    if not rows:
+        return []
+    head = [
+        "Comparison",
+        "Chunk",
+        "C",
+        "First token",
+        "Identical",
+        "Prefix (tokens)",
+        "A/A identical",
+        "Cost",
+        "Outcome",
+    ]
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from pytest_sskj.acceptance import matrix
+from pytest_sskj.acceptance.agreement import AgreementVerdict
 from pytest_sskj.acceptance.compare import RepeatSample, Verdict, compare
 from pytest_sskj.acceptance.curve import Curve, build_curve
 from pytest_sskj.acceptance.live import LiveLine
@@ -64,6 +65,8 @@ class Acceptance:
         self.live = LiveLine.for_config(config)
         self.runner = PointRunner(config, settings, self.store, progress=self.live.update)
         self.verdicts: list[dict[str, Any]] = []
+        self.agreements: dict[str, AgreementVerdict | None] = {}
+        """Output-agreement part of each comparison (by comparison id); ``None`` when agreement is off."""
 
     # -- infrastructure ------------------------------------------------------------------------------
     def pool(self) -> Any:
@@ -179,21 +182,53 @@ class Acceptance:
             from dataclasses import replace
 
             v = replace(v, notes=(*v.notes, *notes))
-        self.record(
-            {
-                "kind": "comparison",
-                "id": comp.id,
-                "test_id": test_id,
-                "passed": (v.outcome == "better") if self.settings.compare_expect == "better" else None,
-                "enforced": self.settings.compare_expect == "better",
-                "baseline": comp.baseline,
-                "candidate": comp.candidate,
-                "chunk": comp.chunk,
-                "concurrency": comp.concurrency,
-                **v.as_dict(),
-            }
-        )
+        record = {
+            "kind": "comparison",
+            "id": comp.id,
+            "test_id": test_id,
+            "passed": (v.outcome == "better") if self.settings.compare_expect == "better" else None,
+            "enforced": self.settings.compare_expect == "better",
+            "baseline": comp.baseline,
+            "candidate": comp.candidate,
+            "chunk": comp.chunk,
+            "concurrency": comp.concurrency,
+            **v.as_dict(),
+        }
+        agr = self.agreement(comp, [*base, *cand])
+        self.agreements[comp.id] = agr
+        if agr is not None:  # a separate part of the record: the statistics above stay as they are
+            record["agreement"] = agr.as_dict()
+            record["message"] = f"{record.get('message', '')}; {agr.message}"
+            if agr.passed is False:
+                record["passed"] = False
+        self.record(record)
         return v, ""
+
+    def agreement(self, comp: Comparison, outcomes: Sequence[PointOutcome]) -> AgreementVerdict | None:
+        """Output agreement of ``comp`` from the probes its points stored; ``None`` when agreement is off."""
+        from pytest_sskj.acceptance.agreement import judge_dirs, probe_repeat
+
+        s = self.settings
+        if s.agreement_prompts <= 0:
+            return None
+
+        def point_dir(backend: str, role: str) -> Path:
+            p = Point(backend, comp.chunk, comp.concurrency, probe_repeat(role, s.repeats), s.repeats)
+            return self.store.point_dir(p.id)
+
+        aa_r = probe_repeat("aa", s.repeats)
+        where = "another server run" if matrix.interleaves(s) and aa_r != 1 else "the same server"
+        walls = [o.row.get("wall_s") for o in outcomes]
+        return judge_dirs(
+            point_dir(comp.baseline, "ab"),
+            point_dir(comp.candidate, "ab"),
+            point_dir(comp.baseline, "aa"),
+            s.agreement_min,
+            baseline=comp.baseline,
+            candidate=comp.candidate,
+            aa_what=f"{comp.baseline} repeat 1 at C={comp.concurrency} vs repeat {aa_r} at C=1, {where}",
+            measured_s=sum(float(w) for w in walls if isinstance(w, (int, float))),
+        )
 
     def curve(self, key: CurveKey, test_id: str = "") -> Curve:
         rows = {cfg.chunk: [o.row for o in self.repeats(cfg)] for cfg in key.configs()}

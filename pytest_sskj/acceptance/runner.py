@@ -291,7 +291,41 @@ class PointRunner:
             self._finish(outcome)
             raise
         outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
-        return self._finish(outcome)
+        self._finish(outcome)
+        if outcome.passed:
+            self._agreement_probes(point, spec, pool)
+        return outcome
+
+    def _agreement_probes(self, point: Point, spec: ServerSpec, pool: _Pool) -> None:
+        """Output agreement: this point's greedy probes (if it runs any) while its server is still up."""
+        from pytest_sskj.acceptance import agreement as agr
+        from pytest_sskj.engines import engine_info
+        from pytest_sskj.report import allure
+
+        s = self.settings
+        if point.kind != "serve" or s.agreement_prompts <= 0 or len(s.backends) < 2 or s.target_url:
+            return
+        roles = agr.probe_roles(
+            repeat=point.repeat,
+            repeats=point.repeats,
+            is_baseline=point.backend == s.baseline,
+            concurrency=point.concurrency,
+        )
+        if not roles:
+            return
+        probes = agr.probe_set(s.seed, s.agreement_prompts, isl=s.isl, osl=s.osl)
+        what = ", ".join(f"{r} at C={c}" for r, c in roles)
+        with allure.step(f"output agreement probes ({len(probes.prompts)} greedy prompts: {what})"):
+            server = pool.get(spec)
+            agr.run_roles(
+                server.urls[0],
+                engine_info(s.engine).agreement_dialect,
+                probes,
+                roles,
+                self.store.point_dir(point.id),
+                model=self.workload(point).model,
+                point_id=point.id,
+            )
 
     def _break(self, pool: _Pool, spec: ServerSpec, point: Point, what: str) -> None:
         self.broken[spec.key()] = BrokenSpec(point.id, what)

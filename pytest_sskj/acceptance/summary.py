@@ -75,6 +75,11 @@ def summary_lines(
         for r in not_passed:
             reasons = "; ".join(str(x).splitlines()[0] for x in r.get("reasons") or []) or str(r.get("status"))
             lines.append(f"  {r.get('point_id', r.get('test_id'))}: {r.get('status')}: {reasons}")
+    from pytest_sskj.acceptance.agreement import agreement_table
+
+    agreement = agreement_table(verdicts)
+    if agreement:
+        lines += ["", "output agreement (exact token ids, fixed greedy probes):", *agreement]
     vl = verdict_lines(verdicts)
     if vl:
         lines += ["", *vl]

@@ -2,7 +2,8 @@
 
 A failing check starts its message with one of these tags (``f"{OOM} rank 3 ran out of memory ..."``) so
 that ``categories.json`` (see :mod:`pytest_sskj.report.allure_env`) can sort failures into OOM, NCCL,
-server crash, timeout, SLO miss, regression, client-bound and numerics mismatch without guessing from
+server crash, timeout, SLO miss, regression, client-bound, numerics mismatch and output mismatch (a candidate
+backend that changes the generated tokens) without guessing from
 free text.  Each category also carries a few fallback regexes for failures that come from elsewhere
 (pytest-timeout, CUDA, NCCL tracebacks).
 """
@@ -62,8 +63,8 @@ CATEGORIES: tuple[Category, ...] = (
     Category("SLO miss", SLO),
     Category("Performance regression", REGRESSION),
     Category("Client-bound measurement", CLIENT_BOUND),
-    Category("Output mismatch", OUTPUT_MISMATCH),
     Category("Numerics mismatch", NUMERICS, (r"Not equal to tolerance", r"Tensor-likes are not close")),
+    Category("Output mismatch", OUTPUT_MISMATCH),
 )
 
 

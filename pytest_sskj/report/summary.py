@@ -266,6 +266,11 @@ def render_summary(
             ["Kind", "Subject", "Result", "Details"],
             ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
         )
+    from pytest_sskj.acceptance.agreement import agreement_table
+
+    agreement = agreement_table(verdicts)
+    if agreement:
+        lines += ["", "## Output agreement (exact token ids, fixed greedy probes)", "", *agreement]
     searches = [v for v in verdicts if v.get("kind") == "search"]
     if searches:
         lines += ["", "## Concurrency search", ""]

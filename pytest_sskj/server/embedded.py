@@ -23,11 +23,13 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "DEFAULT_BATCH",
+    "MODEL_FORMATS",
     "MODEL_VERSION",
     "VOCAB_SIZE",
     "build_tiny_model",
@@ -41,6 +43,9 @@ __all__ = [
 MODEL_VERSION = 1
 VOCAB_SIZE = 512
 DEFAULT_BATCH = 512
+MODEL_FORMATS = ("f32", "f16", "q8_0", "mxfp4")
+"""Tensor formats the generator writes the weight matrices in (norms stay f32): the same weights, quantized --
+a legitimate, explainable change of what the model says (output agreement's known-difference control)."""
 CTX_PER_SLOT = 4096
 _EMBED, _HEADS, _KV_HEADS, _FFN, _LAYERS, _CTX_TRAIN = 64, 4, 2, 128, 2, 4096
 _WORDS = (
@@ -116,8 +121,32 @@ def tiny_vocab() -> tuple[list[str], list[int]]:
     return pieces, types
 
 
-def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234) -> None:
-    """Write the tiny llama GGUF to ``path`` (deterministic for a given ``eos_bias`` and ``seed``)."""
+def _matrix_writer(w: Any, model_format: str) -> Callable[[str, Any], None]:
+    """``add(name, array)``: 2-D weight matrices in ``model_format`` (gguf's own quantizer), others as given."""
+    import gguf
+    import numpy as np
+
+    if model_format not in MODEL_FORMATS:
+        raise ValueError(f"model format {model_format!r} unknown; known: {', '.join(MODEL_FORMATS)}")
+    qtypes = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "mxfp4": gguf.GGMLQuantizationType.MXFP4}
+
+    def add(name: str, arr: Any) -> None:
+        if arr.ndim != 2 or model_format == "f32":
+            w.add_tensor(name, arr)
+        elif model_format == "f16":
+            w.add_tensor(name, arr.astype(np.float16))
+        else:
+            qt = qtypes[model_format]
+            w.add_tensor(name, gguf.quants.quantize(arr, qt), raw_dtype=qt)
+
+    return add
+
+
+_FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0", "mxfp4": "MOSTLY_MXFP4_MOE"}
+
+
+def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234, model_format: str = "f32") -> None:
+    """Write the tiny llama GGUF to ``path`` (deterministic for a given ``eos_bias``, ``seed`` and format)."""
     import gguf
     import numpy as np
 
@@ -131,6 +160,7 @@ def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234) ->
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
     w = gguf.GGUFWriter(str(path), "llama")
+    add = _matrix_writer(w, model_format)
     w.add_name("sskj-tiny-llama")
     w.add_context_length(_CTX_TRAIN)
     w.add_embedding_length(e)
@@ -141,7 +171,7 @@ def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234) ->
     w.add_rope_dimension_count(head_dim)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(v)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType[_FILE_TYPES[model_format]])
     w.add_tokenizer_model("llama")
     w.add_token_list(pieces)
     w.add_token_scores([0.0] * v)
@@ -158,43 +188,45 @@ def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234) ->
     # bias channel: residual dim 0 is 1.0 in every embedding and nothing writes to it afterwards
     emb = rand(v, e, scale=0.5)
     emb[:, 0] = 1.0
-    w.add_tensor("token_embd.weight", emb)
-    w.add_tensor("output_norm.weight", np.ones(e, dtype=np.float32))
+    add("token_embd.weight", emb)
+    add("output_norm.weight", np.ones(e, dtype=np.float32))
     out = rand(v, e, scale=0.1)
     out[:, 0] = 0.0
     for i, t in enumerate(types):
         if t != 1:
             out[i, 0] = -8.0
     out[2, 0] = 8.0 * eos_bias  # </s>: -1 never, +1 always
-    w.add_tensor("output.weight", out)
+    add("output.weight", out)
     for layer in range(_LAYERS):
         p = f"blk.{layer}."
         attn_out = rand(e, e, scale=0.05)
         attn_out[0, :] = 0.0
         ffn_down = rand(e, f, scale=0.05)
         ffn_down[0, :] = 0.0
-        w.add_tensor(p + "attn_norm.weight", np.ones(e, dtype=np.float32))
-        w.add_tensor(p + "attn_q.weight", rand(e, e, scale=0.1))
-        w.add_tensor(p + "attn_k.weight", rand(e_kv, e, scale=0.1))
-        w.add_tensor(p + "attn_v.weight", rand(e_kv, e, scale=0.1))
-        w.add_tensor(p + "attn_output.weight", attn_out)
-        w.add_tensor(p + "ffn_norm.weight", np.ones(e, dtype=np.float32))
-        w.add_tensor(p + "ffn_gate.weight", rand(f, e, scale=0.1))
-        w.add_tensor(p + "ffn_up.weight", rand(f, e, scale=0.1))
-        w.add_tensor(p + "ffn_down.weight", ffn_down)
+        add(p + "attn_norm.weight", np.ones(e, dtype=np.float32))
+        add(p + "attn_q.weight", rand(e, e, scale=0.1))
+        add(p + "attn_k.weight", rand(e_kv, e, scale=0.1))
+        add(p + "attn_v.weight", rand(e_kv, e, scale=0.1))
+        add(p + "attn_output.weight", attn_out)
+        add(p + "ffn_norm.weight", np.ones(e, dtype=np.float32))
+        add(p + "ffn_gate.weight", rand(f, e, scale=0.1))
+        add(p + "ffn_up.weight", rand(f, e, scale=0.1))
+        add(p + "ffn_down.weight", ffn_down)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
-def ensure_tiny_model(cache_dir: Path, *, eos_bias: float = -1.0) -> Path:
-    """The tiny model for ``eos_bias`` in ``cache_dir``, generated once (atomic, safe across xdist workers)."""
+def ensure_tiny_model(cache_dir: Path, *, eos_bias: float = -1.0, model_format: str = "f32") -> Path:
+    """The tiny model for ``eos_bias`` and ``model_format`` in ``cache_dir``, generated once (atomic, safe
+    across xdist workers)."""
     from filelock import FileLock
 
     cache_dir.mkdir(parents=True, exist_ok=True)
     tag = f"{eos_bias:+g}".replace("+", "p").replace("-", "m").replace(".", "_")
-    path = cache_dir / f"sskj-tiny-llama-v{MODEL_VERSION}-eos{tag}.gguf"
+    fmt = "" if model_format == "f32" else f"-{model_format}"
+    path = cache_dir / f"sskj-tiny-llama-v{MODEL_VERSION}-eos{tag}{fmt}.gguf"
     if path.is_file() and path.stat().st_size > 0:
         return path
     with FileLock(str(path) + ".lock"):
@@ -202,7 +234,7 @@ def ensure_tiny_model(cache_dir: Path, *, eos_bias: float = -1.0) -> Path:
             return path
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            build_tiny_model(tmp, eos_bias=eos_bias)
+            build_tiny_model(tmp, eos_bias=eos_bias, model_format=model_format)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -318,6 +350,7 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("make-model", help="write the tiny GGUF model")
     m.add_argument("path", type=Path)
     m.add_argument("--eos-bias", type=float, default=-1.0)
+    m.add_argument("--format", choices=MODEL_FORMATS, default="f32", help="tensor format of the weight matrices")
     return ap
 
 
@@ -378,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.cmd == "make-model":
         path = Path(a.path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        build_tiny_model(path, eos_bias=a.eos_bias)
+        build_tiny_model(path, eos_bias=a.eos_bias, model_format=a.format)
         sys.stdout.write(f"{path}\n")
         return 0
     return _serve(a)

@@ -342,8 +342,10 @@ class ServerPool:
     def _effective(self, spec: ServerSpec) -> ServerSpec:
         if spec.engine == "embedded" and not spec.model_path:
             from pytest_sskj.server.embedded import ensure_tiny_model
+            from pytest_sskj.server.spec import EMBEDDED_FORMATS
 
-            spec = spec.with_(model_path=str(ensure_tiny_model(self.model_cache_dir)))
+            fmt = EMBEDDED_FORMATS.get(spec.backend, "f32")
+            spec = spec.with_(model_path=str(ensure_tiny_model(self.model_cache_dir, model_format=fmt)))
         elif spec.engine != "embedded" and spec.port == 0 and not spec.nodes:
             spec = spec.with_(port=free_port())
         if spec.nnodes > 1 and spec.placement == "ranks" and spec.dist_init_host is None:

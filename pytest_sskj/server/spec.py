@@ -196,7 +196,10 @@ def _vllm(spec: ServerSpec) -> list[NodeCommand]:
     return cmds
 
 
-EMBEDDED_SLOTS = {"parallel": 8, "serial": 1}
+EMBEDDED_SLOTS = {"parallel": 8, "serial": 1, "q8_0": 8, "mxfp4": 8}
+EMBEDDED_FORMATS = {"q8_0": "q8_0", "mxfp4": "mxfp4"}
+"""Variants whose generated model is written in another tensor format (the others: f32).  ``q8_0`` and
+``mxfp4`` are ``parallel`` (8 slots) on the same weights quantized: they legitimately change the output."""
 
 
 def _embedded(spec: ServerSpec) -> list[NodeCommand]:

@@ -205,6 +205,7 @@ def test_allure_extras_describe_the_run(session: tuple[subprocess.CompletedProce
         "Performance regression",
         "Client-bound measurement",
         "Numerics mismatch",
+        "Output mismatch",
     ]
     exe = json.loads((alluredir / "executor.json").read_text())
     assert exe["buildName"] == "r1" and exe["type"] == "pytest-sskj"
