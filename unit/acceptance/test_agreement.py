@@ -146,7 +146,7 @@ def test_judge_mismatch_names_the_diverged_prompts_and_tokens() -> None:
     v = judge(agreement(base, cand), _agreeing(), parse_gates("0.95"), baseline="marlin", candidate="mxfp4")
     assert v.outcome == "output-mismatch" and v.passed is False
     assert v.message.startswith("[output-mismatch] ")
-    assert "first_token_agreement_frac 0.75 < 0.95" in v.message
+    assert "first_token_agreement_frac 0.750 < 0.95" in v.message
     assert "prompt 1 at token 2 (7 vs 0)" in v.message and "prompt 2 at token 0 (9 vs 7)" in v.message
 
 
