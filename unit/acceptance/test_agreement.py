@@ -204,3 +204,13 @@ def test_dialects_read_token_ids_and_refuse_answers_without_them() -> None:
     ]:
         with pytest.raises(ValueError, match=r"token ids|has no"):
             DIALECTS[name].tokens(bad)
+
+
+def test_every_engine_names_a_known_dialect() -> None:
+    from pytest_sskj.engines import ENGINE_NAMES, get_engine
+
+    for name in ENGINE_NAMES:
+        assert get_engine(name).token_ids in DIALECTS, (
+            f"engine {name} must name an output-agreement dialect (one of {', '.join(DIALECTS)}), "
+            f"saw {get_engine(name).token_ids!r}"
+        )
