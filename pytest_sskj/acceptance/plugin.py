@@ -144,6 +144,8 @@ class Acceptance:
     # -- verdicts ------------------------------------------------------------------------------------
     def record(self, verdict: dict[str, Any]) -> None:
         """Keep, persist and announce a verdict (``kind``, ``passed``, ``message`` + kind-specific keys)."""
+        if verdict.get("kind") == "comparison":
+            verdict = self.with_agreement(verdict)
         verdict = jsonable(verdict)
         verdict.setdefault("run_id", self.settings.run_id)
         self.verdicts.append(verdict)
@@ -181,53 +183,55 @@ class Acceptance:
             from dataclasses import replace
 
             v = replace(v, notes=(*v.notes, *notes))
-        record = {
-            "kind": "comparison",
-            "id": comp.id,
-            "test_id": test_id,
-            "passed": (v.outcome == "better") if self.settings.compare_expect == "better" else None,
-            "enforced": self.settings.compare_expect == "better",
-            "baseline": comp.baseline,
-            "candidate": comp.candidate,
-            "chunk": comp.chunk,
-            "concurrency": comp.concurrency,
-            **v.as_dict(),
-        }
-        agr = self.agreement(comp, [*base, *cand])
-        self.agreements[comp.id] = agr
-        if agr is not None:  # a separate part of the record: the statistics above stay as they are
-            record["agreement"] = agr.as_dict()
-            record["message"] = f"{record.get('message', '')}; {agr.message}"
-            if agr.passed is False:
-                record["passed"] = False
-        self.record(record)
+        self.record(
+            {
+                "kind": "comparison",
+                "id": comp.id,
+                "test_id": test_id,
+                "passed": (v.outcome == "better") if self.settings.compare_expect == "better" else None,
+                "enforced": self.settings.compare_expect == "better",
+                "baseline": comp.baseline,
+                "candidate": comp.candidate,
+                "chunk": comp.chunk,
+                "concurrency": comp.concurrency,
+                **v.as_dict(),
+            }
+        )
         return v, ""
 
-    def agreement(self, comp: Comparison, outcomes: Sequence[PointOutcome]) -> AgreementVerdict | None:
-        """Output agreement of ``comp`` from the probes its points stored; ``None`` when agreement is off."""
+    def with_agreement(self, verdict: dict[str, Any]) -> dict[str, Any]:
+        """A comparison ``verdict`` with its output-agreement part (key ``agreement``, message appended; a failed
+        agreement fails the comparison).  The statistics are left as they are.  Off: ``verdict`` unchanged."""
         from pytest_sskj.acceptance.agreement import judge_dirs, probe_repeat
 
         s = self.settings
         if s.agreement_prompts <= 0:
-            return None
+            return verdict
+        base, cand = str(verdict["baseline"]), str(verdict["candidate"])
+        chunk, conc = verdict.get("chunk"), int(verdict["concurrency"])
 
         def point_dir(backend: str, role: str) -> Path:
-            p = Point(backend, comp.chunk, comp.concurrency, probe_repeat(role, s.repeats), s.repeats)
-            return self.store.point_dir(p.id)
+            return self.store.point_dir(Point(backend, chunk, conc, probe_repeat(role, s.repeats), s.repeats).id)
 
+        outcomes = [*self.repeats(ConfigKey(base, chunk, conc)), *self.repeats(ConfigKey(cand, chunk, conc))]
+        walls = [o.row.get("wall_s") for o in outcomes]
         aa_r = probe_repeat("aa", s.repeats)
         where = "another server run" if matrix.interleaves(s) and aa_r != 1 else "the same server"
-        walls = [o.row.get("wall_s") for o in outcomes]
-        return judge_dirs(
-            point_dir(comp.baseline, "ab"),
-            point_dir(comp.candidate, "ab"),
-            point_dir(comp.baseline, "aa"),
+        agr = judge_dirs(
+            point_dir(base, "ab"),
+            point_dir(cand, "ab"),
+            point_dir(base, "aa"),
             s.agreement_min,
-            baseline=comp.baseline,
-            candidate=comp.candidate,
-            aa_what=f"{comp.baseline} repeat 1 at C={comp.concurrency} vs repeat {aa_r} at C=1, {where}",
+            baseline=base,
+            candidate=cand,
+            aa_what=f"{base} repeat 1 at C={conc} vs repeat {aa_r} at C=1, {where}",
             measured_s=sum(float(w) for w in walls if isinstance(w, (int, float))),
         )
+        self.agreements[str(verdict.get("id"))] = agr
+        out = {**verdict, "agreement": agr.as_dict(), "message": f"{verdict.get('message', '')}; {agr.message}"}
+        if agr.passed is False:
+            out["passed"] = False
+        return out
 
     def curve(self, key: CurveKey, test_id: str = "") -> Curve:
         rows = {cfg.chunk: [o.row for o in self.repeats(cfg)] for cfg in key.configs()}
