@@ -20,7 +20,13 @@ import legacy_numerics as legacy  # noqa: E402  (unit/numerics is on sys.path: r
 
 from pytest_sskj.numerics.formats import E2M1  # noqa: E402
 from pytest_sskj.numerics.moe import dequantize_fp4  # noqa: E402
-from pytest_sskj.numerics.mx import MxTensor, dequantize_fp4_bytes, fp4_scaled_table, mx_dequantize  # noqa: E402
+from pytest_sskj.numerics.mx import (  # noqa: E402
+    MxTensor,
+    dequantize_fp4_bytes,
+    fp4_scaled_table,
+    fused_fp4_dequantizer,
+    mx_dequantize,
+)
 from pytest_sskj.numerics.relayout import (  # noqa: E402
     copy_bytes,
     cutlass_w2_to_kimi,
@@ -72,6 +78,22 @@ def test_every_scale_and_byte_dequantizes_like_the_oracle(device: str, dtype: to
     assert_bit_equal(dequantize_fp4(packed, scale, dtype), legacy.dequantize_fp4(packed, scale, dtype), f"{dtype}")
     mx = MxTensor(codes=packed, scale=scale, fmt=E2M1, shape=(256, 1024))
     assert_bit_equal(mx_dequantize(mx, dtype), legacy.mx_dequantize_fp4(packed, scale, dtype), f"mx {dtype}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fused_dequantizer_equals_the_oracle_on_cuda(dtype: torch.dtype) -> None:
+    """The torch.compile fusion (CUDA only here: on CPU it would need a C++ toolchain and minutes)."""
+    run = fused_fp4_dequantizer(fp4_scaled_table(dtype, "cuda"))
+    packed, scale = every_scale_and_byte("cuda")
+    out = torch.full((256, 1024), float("nan"), dtype=dtype, device="cuda")
+    assert_bit_equal(run(packed, scale, out), legacy.dequantize_fp4(packed, scale, dtype), f"fused {dtype}")
+    w, s = (t.cuda() for t in kimi_rank_w13(experts=4))
+    big = torch.empty((4, 768, 3584), dtype=dtype, device="cuda")
+    assert_bit_equal(run(w, s, big), legacy.dequantize_fp4(w, s, dtype), f"fused Kimi slice {dtype}")
+    with pytest.raises(ValueError, match="out must be a contiguous"):
+        run(w, s, big[:2])
 
 
 def test_edge_codes_and_scales_have_the_defined_values() -> None:
