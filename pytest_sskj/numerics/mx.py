@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -210,6 +211,7 @@ def fp4_scaled_table(
 # seconds: 0.2 s vs 5-14 s for 32 Kimi experts, measured). CUDA: large, only bounding the index's memory (on an
 # H200 smaller chunks lose to launch overhead: 2^22 bytes 4.0 ms, 2^26 2.6 ms for one Kimi rank, measured).
 _CHUNK_BYTES = {"cpu": (1 << 15) - 1, "cuda": 1 << 29}
+_THREADED_BYTES = 1 << 22  # CPU inputs from this size are split over torch.get_num_threads() Python threads
 _PAIR_WORDS = {2: torch.int32, 4: torch.int64}  # one gathered word = the two values of a byte
 
 
@@ -255,17 +257,37 @@ def dequantize_fp4_bytes(
     else:
         flat, dst = table, out.view(rows, groups * half, 2)
     step = max(1, _CHUNK_BYTES.get(packed.device.type, 1 << 28) // max(groups * half, 1))
-    index = torch.empty((min(step, rows), groups, half), dtype=torch.int32, device=packed.device)
-    for start in range(0, rows, step):  # cache blocking over row chunks (the loop count is bytes / chunk)
-        stop = min(start + step, rows)
+    workers = torch.get_num_threads() if not packed.is_cuda and rows * groups * half >= _THREADED_BYTES else 1
+    bounds = [rows * i // workers for i in range(workers + 1)]
+    parts = [(src, shifted, flat, dst, bounds[i], bounds[i + 1], step) for i in range(workers)]
+    if workers == 1:
+        _gather_rows(*parts[0])
+    else:  # torch releases the GIL inside each op: the row ranges run in parallel, no barrier per op
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda part: _gather_rows(*part), parts))
+    return out
+
+
+def _gather_rows(
+    src: torch.Tensor,
+    shifted: torch.Tensor,
+    flat: torch.Tensor,
+    dst: torch.Tensor,
+    first: int,
+    last: int,
+    step: int,
+) -> None:
+    """Rows ``[first, last)`` of the gather, ``step`` rows at a time through one index buffer."""
+    index = torch.empty((min(step, last - first), *src.shape[1:]), dtype=torch.int32, device=src.device)
+    for start in range(first, last, step):  # cache blocking over row chunks (the loop count is bytes / chunk)
+        stop = min(start + step, last)
         idx = index[: stop - start]
-        if packed.is_cuda:  # one kernel (H200, one Kimi rank: 2.1 ms vs 2.6 ms for copy + OR)
+        if src.is_cuda:  # one kernel (H200, one Kimi rank: 2.1 ms vs 2.6 ms for copy + OR)
             torch.bitwise_or(src[start:stop], shifted[start:stop], out=idx)
         else:  # two same-dtype passes in cache: the CPU's mixed-dtype broadcast OR is ~10x slower
             idx.copy_(src[start:stop])
             idx.bitwise_or_(shifted[start:stop])
         torch.index_select(flat, 0, idx.view(-1), out=dst[start:stop].reshape(-1, *flat.shape[1:]))
-    return out
 
 
 def fused_fp4_dequantizer(table: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:

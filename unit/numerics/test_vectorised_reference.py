@@ -236,9 +236,12 @@ def test_kimi_rank_w13_relayout_and_dequantize_match_the_oracle_digests() -> Non
     out = kimi_w13_to_cutlass(w, s)
     seen |= {"weight": crc(out.weight), "scale": crc(out.scale)}
     del out
-    bf16 = dequantize_fp4(w, s, torch.bfloat16)
-    seen["bf16"] = crc(bf16)
-    del bf16
+    buffer = torch.empty((32, *w.shape[1:-1], 2 * w.shape[-1]), dtype=torch.bfloat16)  # 176 MB, not 1.2 GB
+    seen["bf16"] = 0
+    for start in range(0, w.shape[0], 32):
+        seen["bf16"] = crc(
+            dequantize_fp4(w[start : start + 32], s[start : start + 32], torch.bfloat16, out=buffer), seen["bf16"]
+        )
     seen["fp32_32"] = crc(dequantize_fp4(w[:32], s[:32]))
     wrong = {k: f"{v:#010x} (oracle {GOLDEN[k]:#010x})" for k, v in seen.items() if v != GOLDEN[k]}
     assert not wrong, f"Kimi-rank outputs differ from the oracle: {wrong}"
