@@ -28,8 +28,7 @@ import torch
 
 from pytest_sskj.numerics.mx import (
     ScaleMode,
-    dequantize_fp4_bytes,
-    fp4_scaled_table,
+    dequantize_fp4_values,
     mx_dequantize,
     mxfp4_quantize,
     mxfp8_quantize,
@@ -98,11 +97,10 @@ def dequantize_fp4(
 
     fp32 by default. ``dtype=torch.bfloat16`` computes directly in bf16: bit-identical to the fp32 result cast
     to bf16 (a 2-bit significand times a power of two is exact in bf16, whose exponent range is fp32's), with a
-    third of the memory traffic. Either way one gather from :func:`~pytest_sskj.numerics.mx.fp4_scaled_table`
-    (products evaluated in fp32 for fp32, in ``dtype`` otherwise), written into ``out`` when given.
+    third of the memory traffic. Either way :func:`~pytest_sskj.numerics.mx.dequantize_fp4_values` (products
+    evaluated in ``dtype``: one table gather, or the arithmetic itself for small inputs), into ``out`` if given.
     """
-    table = fp4_scaled_table(dtype, packed.device)
-    return dequantize_fp4_bytes(packed, scale, table, out=out)
+    return dequantize_fp4_values(packed, scale, dtype, out=out)
 
 
 def random_moe_weights(

@@ -21,6 +21,7 @@ MXFP4 dequantization is one table gather: the value pair of every (scale byte, p
 evaluated once (65536 entries, :func:`fp4_scaled_table`, with the same arithmetic as an element-wise
 ``decode · 2^(s-127)``), and each packed byte fetches its two results with one index ``s·256 + b``
 (:func:`dequantize_fp4_bytes`); on the CPU in cache-sized row chunks, so the index never goes to memory.
+Inputs under 64 KiB skip the table and evaluate that arithmetic directly (:func:`dequantize_fp4_values`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ __all__ = [
     "ScaleMode",
     "decode_fp4_packed",
     "dequantize_fp4_bytes",
+    "dequantize_fp4_values",
     "fp4_scaled_table",
     "fused_fp4_dequantizer",
     "mx_dequantize",
@@ -230,6 +232,13 @@ def _fp4_rows(packed: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, 
     return packed.reshape(rows, groups, half), scale.reshape(rows, groups, 1)
 
 
+def _checked(out: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    if tuple(out.shape) != shape or out.dtype != dtype or not out.is_contiguous():
+        got = f"{out.dtype} {tuple(out.shape)}{'' if out.is_contiguous() else ' (strided)'}"
+        raise ValueError(f"out must be a contiguous {dtype} tensor of shape {shape}, got {got}")
+    return out
+
+
 def dequantize_fp4_bytes(
     packed: torch.Tensor, scale: torch.Tensor, table: torch.Tensor, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -245,10 +254,7 @@ def dequantize_fp4_bytes(
     shape = (*packed.shape[:-1], packed.shape[-1] * 2)
     if out is None:
         out = torch.empty(shape, dtype=table.dtype, device=packed.device)
-    elif tuple(out.shape) != shape or out.dtype != table.dtype or not out.is_contiguous():
-        raise ValueError(
-            f"out must be a contiguous {table.dtype} tensor of shape {shape}, got {out.dtype} {tuple(out.shape)}"
-        )
+    out = _checked(out, shape, table.dtype)
     if out.numel() == 0:
         return out
     words = _PAIR_WORDS.get(table.element_size())
@@ -290,6 +296,26 @@ def _gather_rows(
         torch.index_select(flat, 0, idx.view(-1), out=dst[start:stop].reshape(-1, *flat.shape[1:]))
 
 
+_TABLE_MIN_BYTES = 1 << 16  # below this, evaluating the arithmetic directly beats building the 65536-entry table
+
+
+def dequantize_fp4_values(
+    packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``decode(code) · 2^(s-127)`` evaluated in ``dtype`` for packed E2M1 bytes ``[..., K/2]`` → ``[..., K]``.
+
+    From 64 KiB of packed bytes up one gather from :func:`fp4_scaled_table`; below, the same arithmetic the
+    table is built with, applied directly (building the table costs more than that). Both give the same bits.
+    """
+    src, scale_rows = _fp4_rows(packed, scale)
+    if src.numel() >= _TABLE_MIN_BYTES:
+        return dequantize_fp4_bytes(packed, scale, fp4_scaled_table(dtype, packed.device), out=out)
+    rows, groups, half = src.shape
+    values = decode_fp4_packed(src, dtype).view(rows, groups, 2 * half)
+    result = (values * e8m0_decode(scale_rows).to(dtype)).reshape(*packed.shape[:-1], 2 * packed.shape[-1])
+    return result if out is None else _checked(out, tuple(result.shape), dtype).copy_(result)
+
+
 def fused_fp4_dequantizer(table: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """:func:`dequantize_fp4_bytes` with ``table`` as one ``torch.compile`` kernel (index, gather, store fused).
 
@@ -326,8 +352,7 @@ def mx_dequantize(t: MxTensor, dtype: torch.dtype = torch.float32) -> torch.Tens
     """
     lead, k = t.shape[:-1], t.shape[-1]
     if t.fmt is E2M1 and t.block_size == BLOCK:
-        table = fp4_scaled_table(torch.float32, t.codes.device)
-        return dequantize_fp4_bytes(t.codes, t.linear_scale(), table).reshape(t.shape).to(dtype)
+        return dequantize_fp4_values(t.codes, t.linear_scale(), torch.float32).reshape(t.shape).to(dtype)
     values = decode_fp4_packed(t.codes) if t.fmt is E2M1 else decode(t.codes, t.fmt)
     scale = e8m0_decode(t.linear_scale()).reshape(*lead, k // t.block_size, 1)
     out = values.reshape(*lead, k // t.block_size, t.block_size) * scale

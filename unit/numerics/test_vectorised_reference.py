@@ -78,6 +78,11 @@ def test_every_scale_and_byte_dequantizes_like_the_oracle(device: str, dtype: to
     assert_bit_equal(dequantize_fp4(packed, scale, dtype), legacy.dequantize_fp4(packed, scale, dtype), f"{dtype}")
     mx = MxTensor(codes=packed, scale=scale, fmt=E2M1, shape=(256, 1024))
     assert_bit_equal(mx_dequantize(mx, dtype), legacy.mx_dequantize_fp4(packed, scale, dtype), f"mx {dtype}")
+    small, small_scale = packed[:, :16].contiguous(), scale[:, :1].contiguous()  # 4 KiB: the direct path
+    expected = legacy.dequantize_fp4(small, small_scale, dtype)
+    assert_bit_equal(dequantize_fp4(small, small_scale, dtype), expected, f"direct path {dtype}")
+    table = fp4_scaled_table(dtype, device)
+    assert_bit_equal(dequantize_fp4_bytes(small, small_scale, table), expected, f"table path, small input {dtype}")
 
 
 @pytest.mark.gpu
@@ -124,16 +129,21 @@ def test_odd_and_strided_shapes_dequantize_like_the_oracle(shape: tuple[int, ...
         assert_bit_equal(dequantize_fp4(packed, scale, dtype), expected, f"{shape} view {packed.stride()}")
 
 
-def test_out_is_written_in_place_and_checked() -> None:
-    packed, scale = every_scale_and_byte("cpu")
-    out = torch.full((256, 1024), float("nan"), dtype=torch.bfloat16)
+@pytest.mark.parametrize("columns", [512, 16], ids=["table", "direct"])
+def test_out_is_written_in_place_and_checked(columns: int) -> None:
+    packed, scale = (t[:, : columns // (16 if i else 1)] for i, t in enumerate(every_scale_and_byte("cpu")))
+    packed, scale = packed.contiguous(), scale.contiguous()
+    out = torch.full((256, 2 * columns), float("nan"), dtype=torch.bfloat16)
     result = dequantize_fp4(packed, scale, torch.bfloat16, out=out)
     assert result.data_ptr() == out.data_ptr(), "out= must be the result"
     assert_bit_equal(out, legacy.dequantize_fp4(packed, scale, torch.bfloat16), "out=")
-    with pytest.raises(ValueError, match=r"out must be a contiguous torch.bfloat16 tensor of shape \(256, 1024\)"):
-        dequantize_fp4(packed, scale, torch.bfloat16, out=torch.empty(256, 1024))
+    expected_shape = rf"out must be a contiguous torch.bfloat16 tensor of shape \(256, {2 * columns}\)"
+    with pytest.raises(ValueError, match=expected_shape):
+        dequantize_fp4(packed, scale, torch.bfloat16, out=torch.empty(256, 2 * columns))
+    with pytest.raises(ValueError, match="strided"):
+        dequantize_fp4(packed, scale, torch.bfloat16, out=torch.empty(2 * columns, 256, dtype=torch.bfloat16).t())
     with pytest.raises(ValueError, match="one scale byte per 16 packed bytes"):
-        dequantize_fp4(packed, scale[:, :3])
+        dequantize_fp4(packed, scale[:128])
     with pytest.raises(ValueError, match="divisible by 16 bytes"):
         dequantize_fp4(packed[:, :8], scale[:, :1])
 
