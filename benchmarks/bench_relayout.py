@@ -17,6 +17,7 @@ prints figures; it asserts nothing). Usage::
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import sys
@@ -57,9 +58,7 @@ def _legacy(enabled: bool) -> ModuleType | None:
     if not enabled or not (LEGACY_DIR / "legacy_numerics.py").exists():
         return None
     sys.path.insert(0, str(LEGACY_DIR))
-    import legacy_numerics
-
-    return legacy_numerics
+    return importlib.import_module("legacy_numerics")
 
 
 def _compiled_dequantize(w13: torch.Tensor, s13: torch.Tensor, out: torch.Tensor) -> Callable[[], None]:
@@ -136,6 +135,46 @@ def _figure(
     return row
 
 
+def _add_compiled(
+    steps: dict[str, Callable[[], None]], w13: torch.Tensor, s13: torch.Tensor, out: torch.Tensor
+) -> None:
+    try:
+        compiled = _compiled_dequantize(w13, s13, out)
+        compiled()  # compiles here: a failure drops the variant, not the run
+        steps["compiled dequantize_bf16"] = compiled
+    except Exception as exc:  # inductor / triton failures have no common base class
+        print(f"torch.compile variant unavailable: {type(exc).__name__}: {exc}"[:400])
+
+
+def _time_all(
+    steps: dict[str, Callable[[], None]],
+    min_bytes: dict[str, int],
+    device: str,
+    repeat: int,
+    copy_gbps: float,
+    hbm: float | None,
+) -> dict[str, Any]:
+    """relayout, dequantize and both, for each implementation present (the compiled one reuses new relayout)."""
+    figures: dict[str, Any] = {}
+    for impl in ("legacy", "new", "compiled"):
+        rl, dq = steps.get(f"{impl} relayout", steps["new relayout"]), steps.get(f"{impl} dequantize_bf16")
+        if dq is None:
+            continue
+
+        def both(rl: Callable[[], None] = rl, dq: Callable[[], None] = dq) -> None:
+            rl()
+            dq()
+
+        runs = [("dequantize_bf16", dq, min_bytes["dequantize_bf16"])]
+        runs.append(("dequantize_plus_relayout", both, sum(min_bytes.values())))
+        if impl != "compiled":
+            runs.insert(0, ("relayout", rl, min_bytes["relayout"]))
+        for step, fn, nbytes in runs:
+            seconds = _time(fn, device, repeat)
+            figures[f"{impl} {step}"] = _figure(f"{impl} {step}", seconds, nbytes, copy_gbps, hbm)
+    return figures
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -170,36 +209,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     steps = _steps(w13, s13, out, _legacy(not args.no_legacy), args.chunk)
     if args.compile and on_gpu:
-        try:
-            compiled = _compiled_dequantize(w13, s13, out)
-            compiled()  # compiles here: a failure drops the variant, not the run
-            steps["compiled dequantize_bf16"] = compiled
-        except Exception as exc:  # inductor / triton failures have no common base class
-            print(f"torch.compile variant unavailable: {type(exc).__name__}: {exc}"[:400])
+        _add_compiled(steps, w13, s13, out)
     figures["bit_exact_vs_new"] = _bit_exact(w13, s13, out, {k: v for k, v in steps.items() if "dequantize" in k})
     print(f"dequantize outputs bit-identical to the new implementation's: {figures['bit_exact_vs_new']}")
     min_bytes = {"relayout": 2 * in_bytes, "dequantize_bf16": in_bytes + out.numel() * 2}
     hbm = args.hbm_tbps if on_gpu else None
-    for impl in ("legacy", "new", "compiled"):
-        relayout = steps.get(f"{impl} relayout", steps["new relayout"])
-        dequantize = steps.get(f"{impl} dequantize_bf16")
-        if dequantize is None:
-            continue
-        rl, dq = relayout, dequantize
-
-        def both(rl: Callable[[], None] = rl, dq: Callable[[], None] = dq) -> None:
-            rl()
-            dq()
-
-        for step, fn, nbytes in (
-            ("relayout", rl, min_bytes["relayout"]),
-            ("dequantize_bf16", dq, min_bytes["dequantize_bf16"]),
-            ("dequantize_plus_relayout", both, sum(min_bytes.values())),
-        ):
-            if impl == "compiled" and step == "relayout":
-                continue  # the compiled variant reuses the new relayout
-            seconds = _time(fn, device, args.repeat)
-            figures[f"{impl} {step}"] = _figure(f"{impl} {step}", seconds, nbytes, copy_gbps, hbm)
+    figures |= _time_all(steps, min_bytes, device, args.repeat, copy_gbps, hbm)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return figures
