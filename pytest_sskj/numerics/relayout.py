@@ -22,6 +22,7 @@ from pytest_sskj.numerics.swizzle import round_up, swizzle_128x4, unswizzle_128x
 __all__ = [
     "CutlassW2",
     "CutlassW13",
+    "copy_bytes",
     "cutlass_w2_to_kimi",
     "cutlass_w13_to_kimi",
     "kimi_w2_to_cutlass",
