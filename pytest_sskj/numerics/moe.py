@@ -26,11 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from pytest_sskj.numerics.formats import E2M1, e8m0_decode
 from pytest_sskj.numerics.mx import (
-    MxTensor,
     ScaleMode,
-    decode_fp4_packed,
+    dequantize_fp4_values,
     mx_dequantize,
     mxfp4_quantize,
     mxfp8_quantize,
@@ -88,20 +86,21 @@ class MoeWeights:
         return w13[: self.inter], w13[self.inter :], w2
 
 
-def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def dequantize_fp4(
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``E2M1(code) · 2^(scale-127)`` of packed bytes ``[..., K/2]`` with linear scales ``[..., K/32]``.
 
     fp32 by default. ``dtype=torch.bfloat16`` computes directly in bf16: bit-identical to the fp32 result cast
     to bf16 (a 2-bit significand times a power of two is exact in bf16, whose exponent range is fp32's), with a
-    third of the memory traffic.
+    third of the memory traffic. Either way :func:`~pytest_sskj.numerics.mx.dequantize_fp4_values` (products
+    evaluated in ``dtype``: one table gather, or the arithmetic itself for small inputs), into ``out`` if given.
     """
-    if dtype == torch.float32:
-        shape = (*packed.shape[:-1], packed.shape[-1] * 2)
-        return mx_dequantize(MxTensor(codes=packed, scale=scale, fmt=E2M1, shape=tuple(shape)))
-    values = decode_fp4_packed(packed, dtype)
-    k = values.shape[-1]
-    blocks = values.reshape(*values.shape[:-1], k // 32, 32)
-    return (blocks * e8m0_decode(scale).to(dtype).unsqueeze(-1)).reshape(values.shape)
+    return dequantize_fp4_values(packed, scale, dtype, out=out)
 
 
 def random_moe_weights(

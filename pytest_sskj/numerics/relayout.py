@@ -6,6 +6,9 @@ The relayout swaps the halves of the packed FP4 bytes and of the E8M0 scales alo
 the K dimension untouched), pads each half to ``I_p = round_up(I, 128)`` rows and K to ``H_p =
 round_up(H, 128)`` (zero bytes), then 128x4-swizzles the scales per expert. ``w2`` is padded and its scales
 swizzled the same way. The inverse functions recover the loaded tensors exactly.
+
+Bytes are moved as the widest machine words both sides allow (int64 for packed rows: ``H/2`` is a multiple of
+16), zeros are written only when there is padding, and the scale swizzle is one tile permutation.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pytest_sskj.numerics.swizzle import round_up, swizzle_128x4, unswizzle_128x
 __all__ = [
     "CutlassW2",
     "CutlassW13",
+    "copy_bytes",
     "cutlass_w2_to_kimi",
     "cutlass_w13_to_kimi",
     "kimi_w2_to_cutlass",
@@ -73,16 +77,40 @@ def _check_w13(weight: torch.Tensor, scale: torch.Tensor) -> tuple[int, int, int
     return e, two_i // 2, h
 
 
+_WORDS = ((8, torch.int64), (4, torch.int32), (2, torch.int16))
+
+
+def _viewable(t: torch.Tensor, width: int) -> bool:
+    """Whether byte tensor ``t`` can be viewed as ``width``-byte words (last dim, offset and strides divisible)."""
+    if t.dim() == 0 or t.stride(-1) != 1 or t.shape[-1] % width or t.storage_offset() % width:
+        return False
+    return all(stride % width == 0 for stride in t.stride()[:-1])
+
+
+def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)`` for uint8 tensors, moving the widest words (8/4/2 bytes) that both layouts allow."""
+    for width, dtype in _WORDS:
+        if _viewable(dst, width) and _viewable(src, width):
+            dst.view(dtype).copy_(src.view(dtype))
+            return
+    dst.copy_(src)
+
+
+def _canvas(shape: tuple[int, ...], padded: bool, device: torch.device) -> torch.Tensor:
+    return (torch.zeros if padded else torch.empty)(shape, dtype=torch.uint8, device=device)
+
+
 def kimi_w13_to_cutlass(weight: torch.Tensor, scale: torch.Tensor, *, align: int = ALIGN) -> CutlassW13:
     """Kimi ``[gate; up]`` w13 (``[E, 2I, H/2]`` bytes, ``[E, 2I, H/32]`` scales) → CUTLASS ``[up; gate]``."""
     e, inter, h = _check_w13(weight, scale)
     ip, hp = round_up(inter, align), round_up(h, align)
-    w = torch.zeros((e, 2 * ip, hp // 2), dtype=torch.uint8, device=weight.device)
-    s = torch.zeros((e, 2 * ip, hp // BLOCK), dtype=torch.uint8, device=scale.device)
-    w[:, 0:inter, : h // 2] = weight[:, inter : 2 * inter]  # up (w3) first
-    w[:, ip : ip + inter, : h // 2] = weight[:, 0:inter]  # gate (w1) second
-    s[:, 0:inter, : h // BLOCK] = scale[:, inter : 2 * inter]
-    s[:, ip : ip + inter, : h // BLOCK] = scale[:, 0:inter]
+    padded = (ip, hp) != (inter, h)
+    w = _canvas((e, 2 * ip, hp // 2), padded, weight.device)
+    s = _canvas((e, 2 * ip, hp // BLOCK), padded, scale.device)
+    copy_bytes(w[:, 0:inter, : h // 2], weight[:, inter : 2 * inter])  # up (w3) first
+    copy_bytes(w[:, ip : ip + inter, : h // 2], weight[:, 0:inter])  # gate (w1) second
+    copy_bytes(s[:, 0:inter, : h // BLOCK], scale[:, inter : 2 * inter])
+    copy_bytes(s[:, ip : ip + inter, : h // BLOCK], scale[:, 0:inter])
     return CutlassW13(weight=w, scale=swizzle_128x4(s), inter=inter, hidden=h)
 
 
@@ -106,10 +134,11 @@ def kimi_w2_to_cutlass(weight: torch.Tensor, scale: torch.Tensor, *, align: int 
     if scale.shape != (e, h, inter // BLOCK):
         raise ValueError(f"w2 scale shape {tuple(scale.shape)} does not match weight {tuple(weight.shape)}")
     ip, hp = round_up(inter, align), round_up(h, align)
-    w = torch.zeros((e, hp, ip // 2), dtype=torch.uint8, device=weight.device)
-    s = torch.zeros((e, hp, ip // BLOCK), dtype=torch.uint8, device=scale.device)
-    w[:, :h, : inter // 2] = weight
-    s[:, :h, : inter // BLOCK] = scale
+    padded = (ip, hp) != (inter, h)
+    w = _canvas((e, hp, ip // 2), padded, weight.device)
+    s = _canvas((e, hp, ip // BLOCK), padded, scale.device)
+    copy_bytes(w[:, :h, : inter // 2], weight)
+    copy_bytes(s[:, :h, : inter // BLOCK], scale)
     return CutlassW2(weight=w, scale=swizzle_128x4(s), inter=inter, hidden=h)
 
 
