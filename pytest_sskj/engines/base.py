@@ -149,6 +149,9 @@ class Engine(ABC):
     """Seconds one serving point may take (the acceptance test timeout is built from it)."""
     token_ids: ClassVar[str]
     """How exact output token ids are obtained from this engine (for output agreement)."""
+    stream_token_ids: ClassVar[bool] = False
+    """Whether the bench asks ``/v1/completions`` for each frame's token ids (``"return_token_ids": true``):
+    exact output counts and per-token ITL where frames can merge tokens or carry ``"text": ""``."""
     platform: ClassVar[str | None] = None
     """The platform label when the engine implies one (the CPU engine: ``cpu``)."""
     sends_model_name: ClassVar[bool] = True

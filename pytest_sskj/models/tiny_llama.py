@@ -104,10 +104,8 @@ def build_tiny_llama(out: Path, *, seed: int = 0) -> Path:
     model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
-    (out / "sskj_model.json").write_text(
-        json.dumps({"generator": "pytest_sskj.models.tiny_llama", "version": MODEL_VERSION, "seed": seed, "tokenizer_vocab": len(tok)})
-        + "\n"
-    )
+    facts = {"generator": "pytest_sskj.models.tiny_llama", "version": MODEL_VERSION, "seed": seed}
+    (out / "sskj_model.json").write_text(json.dumps({**facts, "tokenizer_vocab": len(tok)}) + "\n")
     return out
 
 
