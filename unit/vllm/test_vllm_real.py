@@ -111,3 +111,38 @@ def test_acceptance_flow_on_the_real_vllm_server(tmp_path: Path) -> None:
     assert logs, "server logs are kept under the run dir"
     dead = [p.name for p in logs if "EngineDeadError" in p.read_text(errors="replace")]
     assert not dead, f"clean shutdowns must not log EngineDeadError: {dead}"
+
+
+@pytest.mark.timeout(600)
+def test_a_backend_the_installed_vllm_lacks_fails_at_launch_naming_the_accepted_values(tmp_path: Path) -> None:
+    """Our list passes ``marlin``; the argument a different vLLM version would not know reaches the engine
+    through ``--sskj-server-arg`` (argparse: the last ``--moe-backend`` wins) and must fail the launch loudly."""
+    python, model = _venv()
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "acceptance/test_serving.py",
+        "-p",
+        "no:cacheprovider",
+        "--profile",
+        "profiles/vllm-cpu-tiny.toml",
+        "--model-path",
+        str(model),
+        "--sskj-python",
+        str(python),
+        "--chunk",
+        "256",
+        "--repeats",
+        "1",
+        "--sskj-server-arg=--moe-backend=flashinfer_mxfp4",
+        "--reports-dir",
+        str(tmp_path / "reports"),
+        "--run-id",
+        "bad-backend",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=550, check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, f"a backend vLLM refuses must not pass:\n{out[-3000:]}"
+    assert "invalid choice: 'flashinfer_mxfp4'" in out and "'marlin'" in out, out[-4000:]
