@@ -146,3 +146,39 @@ def test_a_backend_the_installed_vllm_lacks_fails_at_launch_naming_the_accepted_
     out = res.stdout + res.stderr
     assert res.returncode != 0, f"a backend vLLM refuses must not pass:\n{out[-3000:]}"
     assert "invalid choice: 'flashinfer_mxfp4'" in out and "'marlin'" in out, out[-4000:]
+
+
+_LOAD_PY = """
+import json, sys
+from transformers import AutoModelForCausalLM, AutoTokenizer
+d = sys.argv[1]
+tok = AutoTokenizer.from_pretrained(d)
+model = AutoModelForCausalLM.from_pretrained(d)
+c = model.config
+ids = tok("marlin prefill", add_special_tokens=False)["input_ids"]
+print(json.dumps({"vocab": len(tok), "special": [tok.bos_token, tok.eos_token, tok.pad_token],
+    "shape": [c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.vocab_size],
+    "dtype": str(next(model.parameters()).dtype), "roundtrip": tok.decode(ids)}))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_tiny_model_is_deterministic_and_loads_offline(tmp_path: Path) -> None:
+    python, _ = _venv()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        gen = [str(python), "-m", "pytest_sskj.models.tiny_llama", "--out", str(d)]
+        res = subprocess.run(gen, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert res.returncode == 0, res.stderr[-2000:]
+    names = sorted(p.name for p in dirs[0].iterdir())
+    assert "model.safetensors" in names and "tokenizer.json" in names, names
+    differ = [n for n in names if (dirs[0] / n).read_bytes() != (dirs[1] / n).read_bytes()]
+    assert not differ, f"two generations differ in {differ}"
+    res = subprocess.run([str(python), "-c", _LOAD_PY, str(dirs[0])], env=env, capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["shape"] == [128, 2, 4, 2, 4096] and got["vocab"] == 4096, got
+    assert got["special"] == ["<s>", "</s>", "<pad>"] and got["dtype"] == "torch.bfloat16", got
+    assert got["roundtrip"] == "marlin prefill", got
