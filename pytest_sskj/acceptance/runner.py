@@ -181,6 +181,7 @@ class PointRunner:
             request_rate=s.request_rate,
             endpoint=s.endpoint,
             model=s.model_name if get_engine(s.engine).sends_model_name else None,
+            token_ids=get_engine(s.engine).stream_token_ids and s.endpoint == "completions",
         )
 
     def base_row(self, point: Point, test_id: str, spec: ServerSpec) -> dict[str, Any]:

@@ -151,9 +151,11 @@ class BenchClient:
     async def flush_cache(self, base_url: str) -> str:
         """Ask the server to drop its prefix cache; returns what happened, in words.
 
-        ``"flushed"`` on 2xx, ``"unsupported (HTTP 404)"`` where the server has no such endpoint (not an
-        error: llama.cpp and vLLM have none), ``"refused (HTTP 400: ...)"`` when SGLang declines because
-        requests are still running, ``"failed: ..."`` on a transport error.
+        SGLang's ``POST /flush_cache`` first; where that is 404, vLLM's ``POST /reset_prefix_cache`` (served
+        with ``VLLM_SERVER_DEV_MODE=1``, answers ``{"success": bool}``).  ``"flushed"`` on 2xx (vLLM:
+        ``"flushed (/reset_prefix_cache)"``), ``"unsupported (HTTP 404)"`` where the server has neither (not
+        an error: llama.cpp has none), ``"refused (HTTP 400: ...)"`` when SGLang declines because requests
+        are still running (vLLM: ``success`` false), ``"failed: ..."`` on a transport error.
         """
         url = base_url.rstrip("/") + "/flush_cache"
         try:
@@ -165,8 +167,22 @@ class BenchClient:
         if 200 <= r.status_code < 300:
             return "flushed"
         if r.status_code == 404:
-            return "unsupported (HTTP 404)"
+            return await self._reset_prefix_cache(base_url)
         return f"refused (HTTP {r.status_code}: {r.text[:200]})"
+
+    async def _reset_prefix_cache(self, base_url: str) -> str:
+        url = base_url.rstrip("/") + "/reset_prefix_cache"
+        try:
+            r = await self._http(url).post(url, timeout=60.0)
+        except httpx.HTTPError as exc:
+            return f"failed: {type(exc).__name__}: {exc}"
+        if r.status_code == 404:
+            return "unsupported (HTTP 404)"
+        try:
+            ok = r.status_code == 200 and r.json().get("success") is True
+        except (ValueError, AttributeError):
+            ok = False
+        return "flushed (/reset_prefix_cache)" if ok else f"refused (HTTP {r.status_code}: {r.text[:200]})"
 
     # --- the timing loop -------------------------------------------------------------------------
     async def stream_request(self, base_url: str, endpoint: Endpoint, body: bytes, rec: RequestRecord) -> RequestRecord:

@@ -8,10 +8,13 @@ one decoded JSON frame into a :class:`FrameInfo` (new content tokens, finish rea
 counts, error); the single timing loop in :mod:`pytest_sskj.bench.client` does everything else.
 
 Token counting per frame: ``/generate`` counts exactly, from the growth of ``meta_info.completion_tokens``
-(or of ``len(output_ids)`` when the server omits it).  The OpenAI endpoints carry no token ids, so a frame
-with non-empty text (chat: content, ``reasoning_content`` or ``reasoning``) counts as one token and a
-role-only or usage-only frame as none; the server's ``usage.completion_tokens`` stays the authority for
-the request's output length (see :mod:`pytest_sskj.bench.metrics`).
+(or of ``len(output_ids)`` when the server omits it).  The OpenAI endpoints carry no token ids by default,
+so a frame with non-empty text (chat: content, ``reasoning_content`` or ``reasoning``) counts as one token
+and a role-only or usage-only frame as none; the server's ``usage.completion_tokens`` stays the authority
+for the request's output length (see :mod:`pytest_sskj.bench.metrics`).  ``/v1/completions`` with
+``token_ids=True`` asks for ``"return_token_ids": true`` (vLLM): every content frame then carries the ids
+it adds (``choices[0].token_ids``), so a frame of several merged tokens counts them all and a ``"text": ""``
+frame (partial UTF-8) still counts its token; a content frame without ids is an error, never a guess.
 
 ``/generate`` frames repeat the whole output so far, so decoding every frame in full is O(n^2) per
 request; its adapter decodes only the trailing ``meta_info`` object when the frame has one (a ``"meta_info":``
@@ -133,6 +136,32 @@ class _CompletionsDecoder:
         pt, ct = _usage(obj)
         if not tokens and finish is None and pt is None and ct is None:
             return _EMPTY
+        return FrameInfo(tokens, finish, pt, ct)
+
+
+class _CompletionsIdsDecoder:
+    """``/v1/completions`` frames of a request sent with ``"return_token_ids": true``."""
+
+    __slots__ = ()
+
+    def decode(self, obj: Any) -> FrameInfo:
+        err = frame_error(obj)
+        if err:
+            return FrameInfo(0, error=err)
+        tokens = 0
+        finish = None
+        choices = obj.get("choices")
+        if choices:
+            c = choices[0]
+            ids = c.get("token_ids")
+            finish = c.get("finish_reason")
+            if isinstance(ids, list):
+                tokens = len(ids)
+            elif c.get("text"):
+                return FrameInfo(
+                    0, finish, error="content frame without token_ids: the server ignored return_token_ids"
+                )
+        pt, ct = _usage(obj)
         return FrameInfo(tokens, finish, pt, ct)
 
 
@@ -298,18 +327,28 @@ def _generate_many(datas: list[str]) -> list[Any]:
 
 
 class CompletionsEndpoint:
-    """OpenAI ``POST /v1/completions`` with a token-id prompt (SGLang, vLLM, llama.cpp accept it)."""
+    """OpenAI ``POST /v1/completions`` with a token-id prompt (SGLang, vLLM, llama.cpp accept it).
+
+    ``token_ids=True`` adds ``"return_token_ids": true`` to the body and counts each frame's ids
+    (exact output counts and per-token ITL); only for servers that honour it (vLLM).
+    """
 
     name = "completions"
     path = "/v1/completions"
     exact_prompt = True
-    exact_tokens = False
+
+    def __init__(self, *, token_ids: bool = False) -> None:
+        self.token_ids = token_ids
+        self.exact_tokens = token_ids
 
     def payload(self, prompt_ids: Sequence[int], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
-        return _openai_body({"prompt": list(prompt_ids)}, osl, model=model, ignore_eos=ignore_eos)
+        body = _openai_body({"prompt": list(prompt_ids)}, osl, model=model, ignore_eos=ignore_eos)
+        if self.token_ids:
+            body["return_token_ids"] = True
+        return body
 
     def decoder(self) -> FrameDecoder:
-        return _CompletionsDecoder()
+        return _CompletionsIdsDecoder() if self.token_ids else _CompletionsDecoder()
 
     def loads_many(self, datas: list[str]) -> list[Any]:
         return loads_batch(datas)
@@ -385,10 +424,13 @@ class GenerateEndpoint:
         return decoder.decode_metas(metas)
 
 
-def get_endpoint(name: str) -> Endpoint:
-    """The adapter called ``name``; an unknown name lists the known ones."""
+def get_endpoint(name: str, *, token_ids: bool = False) -> Endpoint:
+    """The adapter called ``name``; an unknown name lists the known ones.  ``token_ids``: ask the server
+    for each frame's token ids (``completions`` only)."""
+    if token_ids and name != "completions":
+        raise ValueError(f"token_ids is supported by the completions endpoint only, not {name!r}")
     if name == "completions":
-        return CompletionsEndpoint()
+        return CompletionsEndpoint(token_ids=token_ids)
     if name == "generate":
         return GenerateEndpoint()
     if name == "chat":

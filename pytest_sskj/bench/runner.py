@@ -171,7 +171,7 @@ async def arun_bench(
     created for this run, sized to ``workload.concurrency``, and closed at the end.
     """
     url_list = _normalize_urls(urls)
-    endpoint = get_endpoint(workload.endpoint)
+    endpoint = get_endpoint(workload.endpoint, token_ids=workload.token_ids)
     plan = plan_requests(workload, repeat)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

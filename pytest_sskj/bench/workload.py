@@ -58,6 +58,9 @@ class Workload:
     vocab_high: int = DEFAULT_VOCAB_HIGH
     avoid_ids: tuple[int, ...] = field(default=())
     """Token ids never used in prompts (special/control ids inside the range)."""
+    token_ids: bool = False
+    """Ask for each stream frame's token ids (``completions`` + ``return_token_ids``, vLLM): exact output
+    counts and per-token ITL even when the server merges tokens into one frame or sends ``"text": ""``."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -77,6 +80,8 @@ class Workload:
             problems.append(f"range_ratio={self.range_ratio} (must be in (0, 1])")
         if self.endpoint not in ENDPOINT_NAMES:
             problems.append(f"endpoint={self.endpoint!r} (choose one of {', '.join(ENDPOINT_NAMES)})")
+        if self.token_ids and self.endpoint != "completions":
+            problems.append(f"token_ids=True needs endpoint 'completions', not {self.endpoint!r}")
         if not 0 <= self.vocab_low < self.vocab_high:
             problems.append(f"vocab range [{self.vocab_low}, {self.vocab_high}) is empty or negative")
         elif len(set(range(self.vocab_low, self.vocab_high)) - set(self.avoid_ids)) < 1:

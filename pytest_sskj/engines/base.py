@@ -151,6 +151,9 @@ class Engine(ABC):
     """How exact output token ids are obtained from this engine: the name of its output-agreement dialect
     (a key of :data:`pytest_sskj.acceptance.agreement.DIALECTS`: ``llamacpp``, ``openai-token-ids``,
     ``sglang-generate``)."""
+    stream_token_ids: ClassVar[bool] = False
+    """Whether the bench asks ``/v1/completions`` for each frame's token ids (``"return_token_ids": true``):
+    exact output counts and per-token ITL where frames can merge tokens or carry ``"text": ""``."""
     platform: ClassVar[str | None] = None
     """The platform label when the engine implies one (the CPU engine: ``cpu``)."""
     sends_model_name: ClassVar[bool] = True

