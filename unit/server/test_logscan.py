@@ -221,6 +221,13 @@ HITS: list[tuple[str, str, str, str]] = [
         "[rank3]:[F1201 10:00:01.000 ProcessGroupNCCL.cpp:1613] [PG ID 0 PG GUID 0(default_pg) Rank 3] Terminating "
         "the process after attempting to dump debug info, due to ProcessGroupNCCL watchdog hang.",
     ),
+    (
+        "nccl_heartbeat_timeout",
+        "nccl",
+        "fatal",
+        "[rank1]:[E1201 10:00:01.000 ProcessGroupNCCL.cpp:1422] [PG ID 0 PG GUID 0(default_pg) Rank 1] Heartbeat "
+        "monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=2",
+    ),
     ("cuda_kernel_error", "crash", "fatal", "RuntimeError: CUDA error: unspecified launch failure"),
     ("cuda_error", "crash", "fatal", "RuntimeError: CUDA error: an unknown error occurred on the device"),
     ("cuda_driver_oom", "oom", "fatal", "RuntimeError: CUDA driver error: out of memory"),
