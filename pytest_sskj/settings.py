@@ -342,7 +342,8 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
             opts["backends"],
             _where(s.sources.get("backends", "cli"), opts["backends"], None),
             f"backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}",
-            f"engine {s.engine} accepts: {', '.join(info.backends)}; or pick another --engine",
+            f"engine {s.engine} accepts: {', '.join(info.backends)} (applied as {info.backend_switch.describe()}); "
+            "or pick another --engine",
         )
     if s.endpoint not in info.endpoints:
         raise _usage(
