@@ -308,6 +308,12 @@ OPTIONS: tuple[Option, ...] = (
         "str",
         "Python interpreter on the nodes (default: python3 remote, this one local)",
     ),
+    Option(
+        "router_python",
+        ("--sskj-router-python",),
+        "str",
+        "Python that has sglang-router installed, for a deployment's router (default: --sskj-python, else this one)",
+    ),
     Option("ssh_user", ("--sskj-ssh-user",), "str", "SSH user for --launcher ssh"),
     Option("ssh_port", ("--sskj-ssh-port",), "int", "SSH port for --launcher ssh (default 22)", default=22),
     Option("ssh_identity", ("--sskj-ssh-identity",), "path", "SSH identity file for --launcher ssh"),

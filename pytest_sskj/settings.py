@@ -95,6 +95,7 @@ class Settings:
     expect_layout: str | None = None
     throughput_floor: float | None = None
     recommend_metric: str = "total_throughput"
+    router_python: str | None = None
     deployment: Topology | None = None
     """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

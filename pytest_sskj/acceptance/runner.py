@@ -20,11 +20,12 @@ from typing import Any, Protocol
 
 import pytest
 
+from pytest_sskj.acceptance import matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
 from pytest_sskj.report import categories as cat
-from pytest_sskj.server.spec import EMBEDDED_SLOTS, ServerSpec, spec_from_settings
+from pytest_sskj.server.spec import EMBEDDED_SLOTS, ServerSpec
 from pytest_sskj.settings import Settings
 
 __all__ = ["BrokenSpec", "PointOutcome", "PointRunner", "config_mismatches", "current_config_problems", "finding_tag"]
@@ -40,6 +41,7 @@ _FIXED_KEYS = (
     "repeat",
     "isl",
     "osl",
+    "layout",
     "requests",
     "point_id",
     "kind",
@@ -139,6 +141,9 @@ def config_mismatches(spec: ServerSpec, info: Mapping[str, Any] | None) -> list[
     expected: dict[str, Any] = {}
     if spec.engine == "embedded":
         expected["total_slots"] = EMBEDDED_SLOTS.get(spec.backend)
+        if "--parallel" in spec.extra_args[:-1]:  # a layout's own slot count (the last flag wins)
+            i = len(spec.extra_args) - 1 - spec.extra_args[::-1].index("--parallel")
+            expected["total_slots"] = int(spec.extra_args[i + 1]) if i + 1 < len(spec.extra_args) else None
         if spec.chunk is not None:
             expected["n_batch"] = spec.chunk
     else:
@@ -192,7 +197,11 @@ class PointRunner:
 
     # -- helpers ---------------------------------------------------------------------------------------
     def spec_for(self, point: Point) -> ServerSpec:
-        return spec_from_settings(self.settings, backend=point.backend, chunk=point.chunk)
+        return matrix.spec_for(self.settings, point)
+
+    def shape_of(self, point: Point) -> tuple[int, int]:
+        """The point's (ISL, OSL): its own shape, else the run's ``--isl``/``--osl``."""
+        return point.shape or (self.settings.isl, self.settings.osl)
 
     def requests_for(self, point: Point) -> int:
         if point.kind == "search":
@@ -203,9 +212,10 @@ class PointRunner:
         from pytest_sskj.bench.workload import Workload
 
         s = self.settings
+        isl, osl = self.shape_of(point)
         return Workload(
-            isl=s.isl,
-            osl=s.osl,
+            isl=isl,
+            osl=osl,
             requests=self.requests_for(point),
             concurrency=point.concurrency,
             warmup=s.warmup,
@@ -227,8 +237,9 @@ class PointRunner:
             "chunk": point.chunk,
             "concurrency": point.concurrency,
             "repeat": point.repeat,
-            "isl": s.isl,
-            "osl": s.osl,
+            "isl": self.shape_of(point)[0],
+            "osl": self.shape_of(point)[1],
+            "layout": point.layout,
             "requests": self.requests_for(point),
             "status": "not_run",
             "reasons": [],

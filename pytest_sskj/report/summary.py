@@ -266,6 +266,13 @@ def render_summary(
             ["Kind", "Subject", "Result", "Details"],
             ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
         )
+    for v in verdicts:  # verdicts that bring their own table (e.g. the layout recommendation's ranking)
+        sec = v.get("section")
+        if isinstance(sec, Mapping) and sec.get("header") and isinstance(sec.get("rows"), list):
+            lines += ["", f"## {sec.get('title') or v.get('kind')}", "", v.get("message", ""), ""]
+            lines += _table(list(sec["header"]), sec["rows"])
+            if sec.get("plot"):
+                lines += ["", f"![{sec.get('title') or v.get('kind')}]({sec['plot']})"]
     searches = [v for v in verdicts if v.get("kind") == "search"]
     if searches:
         lines += ["", "## Concurrency search", ""]

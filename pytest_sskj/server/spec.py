@@ -11,12 +11,12 @@ import hashlib
 import json
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from pytest_sskj.report.redact import redact_env_items
 
-__all__ = ["NodeCommand", "ServerSpec", "node_commands", "spec_from_settings"]
+__all__ = ["NodeCommand", "ServerSpec", "disaggregation_args", "node_commands", "router_argv", "spec_from_settings"]
 
 
 @dataclass(frozen=True)
@@ -253,3 +253,68 @@ def spec_from_settings(
         python=s.python,
         labels=tuple(extra),
     )
+
+
+# --- deployments: PD disaggregation flags and the router (SGLang; moves with the engine module) ---------------
+_PD_ENGINES = ("sglang",)
+
+
+def disaggregation_args(
+    engine: str,
+    role: str,
+    *,
+    transfer_backend: str | None = None,
+    bootstrap_port: int | None = None,
+    ib_device: str | None = None,
+    page_size: int | None = None,
+) -> tuple[str, ...]:
+    """Server flags of a PD group (domain.md §10): mode, transfer backend, bootstrap port (prefill), IB devices,
+    and the page size both sides must share; ``()`` for an ordinary (``serve``) group."""
+    if role == "serve":
+        return ("--page-size", str(page_size)) if page_size else ()
+    if engine not in _PD_ENGINES:
+        raise ValueError(f"PD disaggregation is built for {', '.join(_PD_ENGINES)}, not {engine!r}")
+    if role not in ("prefill", "decode"):
+        raise ValueError(f"a PD group's role is prefill or decode, not {role!r}")
+    out = ["--disaggregation-mode", role]
+    if transfer_backend:
+        out += ["--disaggregation-transfer-backend", transfer_backend]
+    if role == "prefill" and bootstrap_port:
+        out += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
+    if ib_device:
+        out += ["--disaggregation-ib-device", ib_device]
+    if page_size:
+        out += ["--page-size", str(page_size)]
+    return tuple(out)
+
+
+def router_argv(
+    python: str,
+    *,
+    prefill: Sequence[tuple[str, int | None]] = (),
+    decode: Sequence[str] = (),
+    workers: Sequence[str] = (),
+    host: str = "0.0.0.0",  # noqa: S104
+    port: int = 8000,
+    policy: str | None = None,
+    extra: Sequence[str] = (),
+) -> tuple[str, ...]:
+    """``python -m sglang_router.launch_router``: PD (``--pd-disaggregation --prefill URL [BOOTSTRAP] --decode
+    URL``) when prefill/decode URLs are given, else regular routing over ``--worker-urls``."""
+    argv = [python, "-m", "sglang_router.launch_router"]
+    if prefill or decode:
+        if not prefill or not decode or workers:
+            raise ValueError("a PD router needs prefill and decode URLs (and no plain worker URLs)")
+        argv.append("--pd-disaggregation")
+        for url, boot in prefill:
+            argv += ["--prefill", url, *([str(boot)] if boot else [])]
+        for url in decode:
+            argv += ["--decode", url]
+    elif workers:
+        argv += ["--worker-urls", *workers]
+    else:
+        raise ValueError("a router needs worker URLs, or prefill and decode URLs")
+    if policy:
+        argv += ["--policy", policy]
+    argv += ["--host", host, "--port", str(port), *extra]
+    return tuple(argv)

@@ -1,0 +1,83 @@
+"""The recommendation rule on synthetic candidates: who may win, when a lead is conclusive, expectations and floors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_sskj.deploy.plot import plot_recommendation
+from pytest_sskj.deploy.recommend import Candidate, recommend
+
+
+def cand(
+    layout: str, c: int, tps: tuple[float, ...], *, slo: bool = True, bound: bool = False, passed: int = -1
+) -> Candidate:
+    n = len(tps)
+    return Candidate(layout, c, tps, n, n if passed < 0 else passed, slo, bound)
+
+
+def test_failed_client_bound_and_slo_missing_points_never_win_however_fast() -> None:
+    cands = [
+        cand("tp2dp4", 16, (900.0, 950.0, 990.0), bound=True),
+        Candidate("tp4dp2", 16, (800.0, 810.0), 3, 2, True, False),  # one repeat failed
+        cand("tp8dp1", 32, (700.0, 720.0, 740.0), slo=False),
+        cand("tp8dp1", 16, (400.0, 410.0, 420.0)),
+    ]
+    rec = recommend("x", ["tp2dp4", "tp4dp2", "tp8dp1"], cands, metric="total_throughput")
+    assert rec.winner is not None and (rec.winner.layout, rec.winner.concurrency) == ("tp8dp1", 16), rec.message()
+    assert rec.conclusive, "the only layout with an eligible point wins by elimination"
+    why = {b.layout: b.why_none for b in rec.ranked}
+    assert "client-bound" in why["tp2dp4"] and "failed" in why["tp4dp2"], why
+
+
+def test_a_lead_is_conclusive_only_when_repeat_ranges_do_not_overlap() -> None:
+    apart = [cand("a", 8, (100.0, 101.0, 102.0)), cand("b", 8, (90.0, 91.0, 92.0))]
+    rec = recommend("x", ["a", "b"], apart, metric="total_throughput", expect_layout="a")
+    assert rec.outcome == "recommended" and rec.passed, rec.message()
+    overlap = [cand("a", 8, (100.0, 95.0, 102.0)), cand("b", 8, (90.0, 96.0, 92.0))]
+    rec = recommend("x", ["a", "b"], overlap, metric="total_throughput", expect_layout="a")
+    assert rec.outcome == "inconclusive" and not rec.passed, "an unconfirmed expectation must not pass"
+    assert "inconclusive" in rec.message() and "NOT confirmed" in rec.message()
+
+
+def test_a_a_control_identical_layouts_are_a_tie_not_a_winner() -> None:
+    same = (100.0, 104.0, 98.0)
+    rec = recommend("aa", ["a", "a2"], [cand("a", 8, same), cand("a2", 8, tuple(reversed(same)))], metric="m")
+    assert rec.outcome == "inconclusive", rec.message()
+
+
+def test_single_measurements_never_make_a_conclusive_lead() -> None:
+    rec = recommend("x", ["a", "b"], [cand("a", 8, (200.0,)), cand("b", 8, (100.0,))], metric="m")
+    assert rec.winner is not None and rec.winner.layout == "a" and not rec.conclusive
+
+
+@pytest.mark.parametrize(("floor", "ok"), [(150.0, True), (250.0, False)])
+def test_throughput_floor(floor: float, ok: bool) -> None:
+    rec = recommend("x", ["a"], [cand("a", 8, (200.0, 201.0))], metric="m", floor=floor)
+    assert rec.passed is ok, rec.message()
+
+
+def test_no_layout_meeting_the_slo_is_a_failed_verdict_that_says_why() -> None:
+    rec = recommend(
+        "x", ["a", "b"], [cand("a", 8, (1.0, 2.0), slo=False), cand("b", 8, (3.0,), bound=True)], metric="m"
+    )
+    assert rec.outcome == "none_meets_slo" and not rec.passed
+    assert "a: C=8 SLO miss" in rec.message() and "b: C=8 invalid (client-bound)" in rec.message()
+    _header, rows = rec.table()
+    assert [r[1] for r in rows] == ["a", "b"] and all(str(r[-1]).startswith("cannot win") for r in rows), rows
+
+
+def test_best_point_per_layout_is_its_highest_eligible_concurrency(tmp_path: Path) -> None:
+    cands = [
+        cand("a", 8, (100.0, 101.0)),
+        cand("a", 16, (150.0, 151.0)),
+        cand("a", 32, (160.0, 161.0), slo=False),
+        cand("b", 8, (120.0, 121.0)),
+    ]
+    rec = recommend("x", ["a", "b"], cands, metric="total_throughput")
+    assert [(b.layout, b.best.concurrency if b.best else None) for b in rec.ranked] == [("a", 16), ("b", 8)]
+    png = plot_recommendation(
+        rec, [{"layout": "a", "concurrency": 64, "throughput": 90.0, "slo_ok": False}], tmp_path / "r.png"
+    )
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
