@@ -67,6 +67,10 @@ class Acceptance:
 
     # -- infrastructure ------------------------------------------------------------------------------
     def pool(self) -> Any:
+        if self.settings.deployment is not None:  # groups + router, started together
+            from pytest_sskj.deploy.plugin import get_deployment_pool
+
+            return get_deployment_pool(self.config)
         from pytest_sskj.server.fixtures import get_pool
 
         return get_pool(self.config)

@@ -109,6 +109,9 @@ def current_config_problems(server: Any, spec: ServerSpec) -> list[str]:
     SGLang/vLLM: a fresh ``/server_info`` through :func:`pytest_sskj.server.serverinfo.verify_server_info`
     (an SGLang server that stops answering it is a problem); embedded: llama.cpp's ``/props`` slot count.
     """
+    own = getattr(server, "config_problems", None)  # a deployment checks each of its groups itself
+    if callable(own):
+        return list(own())
     if getattr(server, "external", False) or not getattr(server, "urls", None):
         return []
     url = str(server.urls[0]).rstrip("/")
@@ -240,6 +243,7 @@ class PointRunner:
             "isl": self.shape_of(point)[0],
             "osl": self.shape_of(point)[1],
             "layout": point.layout,
+            "deployment": s.deployment.label() if s.deployment is not None else None,
             "requests": self.requests_for(point),
             "status": "not_run",
             "reasons": [],

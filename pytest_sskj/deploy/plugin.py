@@ -13,9 +13,11 @@ import signal
 import pytest
 
 from pytest_sskj.deploy.measure import RecommendKey, recommend_keys
+from pytest_sskj.deploy.pool import DeploymentPool
+from pytest_sskj.deploy.topology import Group
 from pytest_sskj.stash import SETTINGS_KEY
 
-__all__ = ["RecommendKey"]
+__all__ = ["RecommendKey", "get_deployment_pool"]
 
 _PER_POINT_S = {"embedded": 60.0}
 
@@ -52,3 +54,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for it in recs:
         if it.get_closest_marker("timeout") is None and config.getoption("timeout", None) is None:
             it.add_marker(pytest.mark.timeout(budget, method="signal"))
+
+
+_DEPLOYMENT_POOL = "deployment_pool"
+
+
+def get_deployment_pool(config: pytest.Config) -> DeploymentPool:
+    """This session's :class:`DeploymentPool` (created on first use; closed at session end)."""
+    from pytest_sskj.stash import EXTRA_KEY
+
+    extra = config.stash[EXTRA_KEY]
+    pool = extra.get(_DEPLOYMENT_POOL)
+    if isinstance(pool, DeploymentPool):
+        return pool
+    from pytest_sskj.gpu.serving import server_prelaunch
+    from pytest_sskj.server.fixtures import _launcher_factory, _worker_tag
+    from pytest_sskj.server.local import LocalLauncher
+    from pytest_sskj.server.pool import ServerPool
+
+    settings = config.stash[SETTINGS_KEY]
+    topo = settings.deployment
+    assert topo is not None
+    tag = _worker_tag(config)
+
+    def make_pool(group: Group) -> ServerPool:
+        return ServerPool(
+            log_dir=settings.run_dir / "logs",
+            launcher=_launcher_factory(settings, f"{group.name}{tag}"),
+            health_timeout_s=settings.health_timeout_s,
+            model_cache_dir=settings.reports_dir / ".cache" / "models",
+            commands_for=lambda spec: config.hook.pytest_sskj_server_commands(config=config, spec=spec),
+            name_tag=f"{group.name}{tag}",
+            prelaunch=server_prelaunch(config),
+        )
+
+    local = topo.router is None or topo.router.node in ("local", "localhost", "127.0.0.1")
+    router_launcher = LocalLauncher() if local else _launcher_factory(settings, f"router{tag}")()
+    pool = DeploymentPool(
+        settings, make_pool=make_pool, router_launcher=router_launcher, log_dir=settings.run_dir / "logs"
+    )
+    extra[_DEPLOYMENT_POOL] = pool
+
+    def close() -> None:
+        pool.close()
+
+    config.add_cleanup(close)
+    return pool

@@ -142,6 +142,13 @@ class Topology:
             )
         return lines
 
+    def label(self) -> str:
+        """One line for result rows: ``pd: prefill 601-604 PP8 x TP4 x EP4 flashinfer_mxfp4 | decode ... | router``."""
+        parts = [f"{g.name} {g.nodes[0]}..{g.nodes[-1]} {g.sizes} {g.backend or ''}".strip() for g in self.groups]
+        if self.router is not None:
+            parts.append(f"router {self.router.node}")
+        return f"{self.kind}: " + " | ".join(parts)
+
     def as_dict(self) -> dict[str, Any]:
         """The topology for results and manifests (names only for env)."""
         return {
@@ -204,13 +211,19 @@ def _group(raw: Mapping[str, Any], where: str) -> Group:
     )
 
 
+def _port(v: Any, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
+        raise ValueError(f"{where}: router port must be 0 (a free one) .. 65535, not {v!r}")
+    return v
+
+
 def _router(raw: Any, where: str) -> RouterSpec:
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: [deployment.router] must be a table")
     _refuse(raw, ROUTER_KEYS, f"{where} [deployment.router]")
     args = raw.get("server_args", [])
     return RouterSpec(
-        port=_int(raw, "port", where, 8000) or 8000,
+        port=_port(raw.get("port", 8000), where),
         host=str(raw.get("host", "0.0.0.0")),  # noqa: S104
         node=str(raw.get("node", "local")),
         policy=str(raw["policy"]) if "policy" in raw else None,
