@@ -22,7 +22,7 @@ import pytest
 from pytest_sskj import parsing
 from pytest_sskj.deploy.layouts import Layout, build_shapes, layout_problems, parse_size_seq, resolve_layouts
 from pytest_sskj.deploy.topology import Topology, topology_from_table
-from pytest_sskj.engines import engine_info
+from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, find_profile, load_profile
 from pytest_sskj.report.redact import REDACTED
@@ -320,8 +320,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
                 "create the file, or fix the key names it reports",
             ) from None
 
-    engine = r.get(by_dest["engine"], {}) or "embedded"
-    info = engine_info(engine)
+    engine = r.get(by_dest["engine"], {}) or DEFAULT_ENGINE
+    info = get_engine(engine)
     values: dict[str, Any] = {"engine": engine}
     for opt in OPTIONS:
         if opt.dest in values:
@@ -407,8 +407,33 @@ def _check_layouts(s: Settings) -> None:
         )
 
 
+def _engine_checks(s: Settings, info: Any) -> None:
+    """The engine's checks, once per layout or deployment group when the run has them (each is a server)."""
+    from dataclasses import replace
+
+    cells: list[tuple[str, Settings]] = []
+    if s.layouts:
+        cells = [(f"layout {x.name}", replace(s, tp=x.tp, dp=x.dp, ep=x.ep, pp=x.pp, layouts=())) for x in s.layouts]
+    elif s.deployment is not None:
+        cells = [
+            (
+                f"deployment group {g.name}",
+                replace(s, nodes=g.nodes, tp=g.tp, dp=g.dp, ep=g.ep, pp=g.pp, placement=g.placement, deployment=None),
+            )
+            for g in s.deployment.groups
+        ]
+    if not cells:
+        info.check_settings(s)
+        return
+    for what, cell in cells:
+        try:
+            info.check_settings(cell)
+        except pytest.UsageError as exc:
+            raise pytest.UsageError(f"{what}: {exc}") from None
+
+
 def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
-    info = engine_info(s.engine)
+    info = get_engine(s.engine)
     unknown = [b for b in s.backends if b not in info.backends]
     if unknown:
         raise _usage(
@@ -418,31 +443,14 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
             f"engine {s.engine} accepts: {', '.join(info.backends)}; or pick another --engine",
         )
     _check_layouts(s)
-    nnodes = max(1, len(s.nodes))
-    world = s.tp * s.pp
-    if s.engine == "sglang" and not s.layouts and s.deployment is None:
-        if world % nnodes:
-            fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
-            raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
-                f"({', '.join(s.nodes) or 'local'})\n  Hint: use a node count that divides {world}, e.g. --nodes "
-                f"with {fits} node(s)"
-            )
-        if world // nnodes > s.gpus_per_node:
-            raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs "
-                f"per node, "
-                f"but nodes have {s.gpus_per_node}\n  Hint: add nodes, lower --tp, or set --sskj-gpus-per-node"
-            )
-        if s.tp % s.ep:
-            raise pytest.UsageError(
-                f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)\n  Hint: e.g. --tp 32 --ep 4"
-            )
-    if s.engine == "embedded" and (s.tp, s.ep, s.pp) != (1, 1, 1) and not s.layouts:
-        raise pytest.UsageError(
-            "the embedded CPU engine has no tensor/expert/pipeline parallelism; "
-            "--tp/--ep/--pp must be 1\n  Hint: use --engine sglang or vllm for parallel sizes"
+    if s.endpoint not in info.endpoints:
+        raise _usage(
+            opts["endpoint"],
+            _where(s.sources.get("endpoint", "cli"), opts["endpoint"], None),
+            f"endpoint {s.endpoint!r} is not served by engine {s.engine!r}",
+            f"engine {s.engine} serves: {', '.join(info.endpoints)}; or pick another --engine",
         )
+    _engine_checks(s, info)
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
     if s.target_url is not None:

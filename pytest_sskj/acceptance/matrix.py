@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_sskj.deploy.layouts import shape_id
+from pytest_sskj.engines import ENGINES
 from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
 
@@ -44,7 +45,7 @@ def _prefix(layout: str | None, shape: Shape | None) -> str:
     return (f"{layout}-" if layout else "") + (f"{shape_id(shape)}-" if shape else "")
 
 
-CHEAP_RESTART_ENGINES = frozenset({"embedded"})
+CHEAP_RESTART_ENGINES = frozenset(n for n, e in ENGINES.items() if e.restart_cost == "cheap")
 """Engines whose servers restart in well under a second: their repeats are interleaved A B A B."""
 
 

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import pytest
 
 from pytest_sskj.deploy.topology import Group, Topology
-from pytest_sskj.server.spec import NodeCommand, ServerSpec, disaggregation_args, node_commands, router_argv
+from pytest_sskj.engines import get_engine, node_commands, router_argv
+from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.settings import Settings
 
 __all__ = ["deployment_plan_lines", "group_spec", "launch_order", "router_command"]
@@ -30,8 +31,7 @@ def launch_order(topo: Topology) -> list[Group]:
 def group_spec(settings: Settings, topo: Topology, group: Group) -> ServerSpec:
     """The server spec of ``group``: its nodes, sizes, backend and chunk, PD flags, the run's args and env."""
     s = settings
-    pd = disaggregation_args(
-        s.engine,
+    pd = get_engine(s.engine).disaggregation_args(
         group.role,
         transfer_backend=topo.transfer_backend,
         bootstrap_port=topo.bootstrap_port,

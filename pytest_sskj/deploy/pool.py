@@ -31,8 +31,6 @@ from pytest_sskj.settings import Settings
 
 __all__ = ["DeploymentPool", "RunningDeployment", "pd_problems"]
 
-_ROUTER_ENGINE = "router"
-
 
 def pd_problems(topo: Topology, infos: dict[str, dict[str, Any] | None]) -> list[str]:
     """What the groups' ``/server_info`` says against the PD contract: one page size, the transfer backend."""
@@ -111,14 +109,14 @@ class RunningDeployment:
 
     def config_problems(self) -> list[str]:
         """Every group's effective configuration against its spec, and the PD contract between groups."""
-        from pytest_sskj.server.serverinfo import verify_server_info
+        from pytest_sskj.engines import get_engine
 
         infos = {name: s.server_info() for name, s in self.groups.items()}
         out = [
             f"group {n}: {p}"
             for n, s in self.groups.items()
-            if infos[n]
-            for p in verify_server_info(s.spec, infos[n] or {})
+            if s.urls
+            for p in get_engine(s.spec.engine).live_config_problems(s.spec, s.urls[0])
         ]
         return out + (pd_problems(self.topology, infos) if self.topology.kind == "pd" else [])
 
@@ -209,7 +207,7 @@ class DeploymentPool:
         cmd = router_command(self.settings, topo, {n: s.urls for n, s in groups.items()})
         log = self.log_dir / cmd.node / f"router-{int(time.time())}.log"
         self.router = self.router_launcher.start(cmd, log)
-        oracle = LogOracle(_ROUTER_ENGINE)
+        oracle = LogOracle(self.settings.engine)  # the shared generic signatures plus the groups engine's
         oracle.add(self.router.log_path, cmd.node, 0, offset=int(getattr(self.router, "log_offset", 0)))
         dep.router, dep.router_oracle = self.router, oracle
         dep.commands.append(cmd)
