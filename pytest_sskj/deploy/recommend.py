@@ -6,19 +6,38 @@ replication).  A candidate is *eligible* only when every repeat passed the stric
 client-bound and every repeat met every SLO gate; invalid (client-bound) and failed points never win.
 Each layout's best point is its eligible candidate with the highest median throughput; the layouts are
 ranked by it.  The winner is *conclusive* when it is the only layout meeting the SLO, or when its
-slowest repeat beats the runner-up's fastest (both with at least two repeats); otherwise the verdict
+slowest repeat beats the runner-up's fastest (both with at least :data:`MIN_REPEATS` repeats; the message
+gives the chance an A/A pair does that); otherwise the verdict
 says "inconclusive" and names the tie, and an expected winner (``--sskj-expect-layout``) is not
 confirmed.  Pure: no I/O (the caller measures, writes the CSV/JSON and draws the plot).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Candidate", "LayoutBest", "Recommendation", "candidate_from_rows", "recommend"]
+__all__ = [
+    "MIN_REPEATS",
+    "Candidate",
+    "LayoutBest",
+    "Recommendation",
+    "aa_overlap_free_p",
+    "candidate_from_rows",
+    "recommend",
+]
+
+MIN_REPEATS = 3
+"""Repeats each side needs before a lead can be conclusive: with 2 vs 2 an A/A pair has non-overlapping ranges by
+chance one time in three; with 3 vs 3 one time in ten (:func:`aa_overlap_free_p`)."""
+
+
+def aa_overlap_free_p(n1: int, n2: int) -> float:
+    """Chance that two samples of one distribution (A/A) have non-overlapping ranges, either way round."""
+    return 2.0 / math.comb(n1 + n2, n1)
 
 
 @dataclass(frozen=True)
@@ -128,7 +147,11 @@ class Recommendation:
             return "the only layout meeting the SLO" if w is not None else ""
         lead = (w.throughput / second.throughput - 1) * 100
         if self.conclusive:
-            return f"{lead:+.1f} % over {second.layout} C={second.concurrency} (repeat ranges do not overlap)"
+            p = aa_overlap_free_p(len(w.throughputs), len(second.throughputs))
+            return (
+                f"{lead:+.1f} % over {second.layout} C={second.concurrency} (repeat ranges do not overlap; "
+                f"an A/A pair does so by chance with p = {p:.2f})"
+            )
         return (
             f"inconclusive: {lead:+.1f} % over {second.layout} C={second.concurrency}, but their repeats overlap "
             f"or are too few ({len(w.throughputs)} vs {len(second.throughputs)})"
@@ -245,7 +268,7 @@ def recommend(
     elif second is None:
         conclusive = True
     else:
-        enough = len(winner.throughputs) >= 2 and len(second.throughputs) >= 2
+        enough = len(winner.throughputs) >= MIN_REPEATS and len(second.throughputs) >= MIN_REPEATS
         conclusive = enough and min(winner.throughputs) > max(second.throughputs)
     return Recommendation(rec_id, metric, tuple(ranked), tuple(candidates), conclusive, expect_layout, floor)
 

@@ -110,6 +110,10 @@ def test_every_shipped_profile_resolves_and_dry_runs(pytester: pytest.Pytester) 
         out = res.stdout.str()
         assert res.ret == 0, f"profile {name}: dry run exited {res.ret}\n{out[-2000:]}\n{res.stderr.str()[-2000:]}"
         assert "nothing is launched" in out and "test matrix" in out, f"profile {name}: no plan printed"
+        if name.endswith("-matrix"):
+            assert "layouts: " in out and "recommendation: " in out, f"profile {name}: no layout matrix in the plan"
+        if name.endswith("-pd"):
+            assert "[group prefill (prefill)]" in out and "[router]" in out, f"profile {name}: no PD groups/router"
 
 
 def test_profiles_command_lists_and_shows_one_resolved(capsys: pytest.CaptureFixture[str]) -> None:

@@ -81,3 +81,52 @@ def test_best_point_per_layout_is_its_highest_eligible_concurrency(tmp_path: Pat
         rec, [{"layout": "a", "concurrency": 64, "throughput": 90.0, "slo_ok": False}], tmp_path / "r.png"
     )
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_two_repeats_each_are_too_few_for_a_conclusive_lead() -> None:
+    from pytest_sskj.deploy.recommend import aa_overlap_free_p
+
+    rec = recommend("x", ["a", "b"], [cand("a", 8, (200.0, 201.0)), cand("b", 8, (100.0, 101.0))], metric="m")
+    assert rec.outcome == "inconclusive", "2 vs 2 non-overlapping happens by chance in 1 of 3 A/A pairs"
+    assert aa_overlap_free_p(2, 2) == pytest.approx(1 / 3) and aa_overlap_free_p(3, 3) == pytest.approx(0.1)
+
+
+class _Out:
+    def __init__(self, row: dict[str, object]) -> None:
+        self.row = row
+        self.passed = row["status"] == "passed"
+        self.status = str(row["status"])
+        self.message = ""
+
+
+class _FakeAcceptance:
+    """A stand-in that answers serve(point) from a table of throughput/TTFT by (layout, C): for the search path."""
+
+    def __init__(self, settings: object, table: dict[tuple[str, int], tuple[float, float]]) -> None:
+        self.settings = settings
+        self.table = table
+        self.served: list[str] = []
+
+    def serve(self, point: object) -> _Out:
+        lay, c = point.layout, point.concurrency  # type: ignore[attr-defined]
+        self.served.append(point.id)  # type: ignore[attr-defined]
+        tp, ttft = self.table.get((lay, c), (10.0 * c, 100.0 * c))
+        return _Out({"status": "passed", "total_throughput": tp + point.repeat, "p95_ttft_ms": ttft})  # type: ignore[attr-defined]
+
+
+def test_search_mode_searches_each_layout_then_repeats_its_best_concurrency(pytester: pytest.Pytester) -> None:
+    from pytest_sskj.deploy.measure import measure_recommendation, recommend_keys
+    from pytest_sskj.stash import SETTINGS_KEY
+
+    s = pytester.parseconfigure(
+        "--engine", "sglang", "--layout", "tp2dp4,tp8dp1", "--isl", "1K", "--osl", "128", "--backend", "auto",
+        "--chunk", "8K", "--concurrency", "16", "--repeats", "3", "--sskj-search", "double", "--sskj-search-max", "64",
+        "--sskj-slo", "ttft_p95_ms<3300",
+    ).stash[SETTINGS_KEY]  # fmt: skip
+    [key] = recommend_keys(s)
+    acc = _FakeAcceptance(s, {})  # throughput 10*C, TTFT 100*C ms: the SLO holds up to C=32 for both layouts
+    rec, steps = measure_recommendation(acc, key)
+    assert {st["layout"] for st in steps} == {"tp2dp4", "tp8dp1"} and max(st["concurrency"] for st in steps) == 64
+    assert any(pid.endswith("-c32-r3") for pid in acc.served), "the search's best C is measured --repeats times"
+    assert rec.winner is not None and rec.winner.concurrency == 32, rec.message()
+    assert rec.outcome == "inconclusive", "identical layouts (an A/A pair) must not produce a conclusive winner"
