@@ -78,6 +78,35 @@ _MANAGERS = (
 
 _LOGS = LogRules(
     signatures=(
+        # PD disaggregation: KV transfer failures (strings from sglang 0.5.23 srt/disaggregation/{mooncake,nixl,
+        # common}/conn.py); the request fails, the server keeps running, so "error" (the point fails on it)
+        sig("pd_kv_transfer_error", "crash", "error", r"KVTransferError\(bootstrap_room="),
+        sig(
+            "pd_kv_transfer_failed",
+            "crash",
+            "error",
+            r"KV transfer failed|Room marked Failed before the transfer ended",
+        ),
+        sig("pd_lost_prefill", "crash", "error", r"Lost connection with prefill instance \(bootstrap_addr: "),
+        sig(
+            "pd_prefill_down",
+            "crash",
+            "error",
+            r"Prefill server with bootstrap_addr: .* is healthy before, but now it is down",
+        ),
+        sig("pd_send_kv", "crash", "error", r"Failed to send kv chunk of |Failed to send aux data of "),
+        sig(
+            "pd_rdma",
+            "crash",
+            "error",
+            r"\[Staging\] Bulk RDMA transfer failed with ret=|NIXL staging transfer failed room=",
+        ),
+        sig(
+            "pd_bootstrap",
+            "config",
+            "error",
+            r"Could not fetch (prefill parallel|bootstrap) info|Prefill bootstrap failed",
+        ),
         sig("mem_fraction", "oom", "fatal", r"Not enough memory\. Please try to increase --mem-fraction-static\."),
         sig("prefill_oom", "oom", "fatal", r"Prefill out of memory\. Try to lower your batch size\."),
         sig("decode_oom", "oom", "fatal", r"Decode out of memory\. Try to lower your batch size\."),
