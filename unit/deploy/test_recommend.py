@@ -130,3 +130,17 @@ def test_search_mode_searches_each_layout_then_repeats_its_best_concurrency(pyte
     assert any(pid.endswith("-c32-r3") for pid in acc.served), "the search's best C is measured --repeats times"
     assert rec.winner is not None and rec.winner.concurrency == 32, rec.message()
     assert rec.outcome == "inconclusive", "identical layouts (an A/A pair) must not produce a conclusive winner"
+
+
+def test_summary_never_pools_layouts_or_shapes() -> None:
+    from pytest_sskj.report.summary import summarize_points
+
+    def row(layout: str, isl: int, backend: str, tps: float) -> dict[str, object]:
+        return {"layout": layout, "isl": isl, "osl": 16, "backend": backend, "chunk": 256, "concurrency": 4,
+                "status": "passed", "input_throughput": tps, "kind": "serve"}  # fmt: skip
+
+    rows = [row("a", 256, "x", 100.0), row("b", 256, "x", 300.0), row("a", 512, "x", 50.0), row("a", 256, "y", 110.0)]
+    pts = {p.backend: p for p in summarize_points(rows, "x")}
+    assert set(pts) == {"x [a 256->16]", "x [b 256->16]", "x [a 512->16]", "y [a 256->16]"}, set(pts)
+    assert pts["x [b 256->16]"].input_throughput == 300.0 and pts["x [b 256->16]"].is_baseline
+    assert pts["y [a 256->16]"].tps_vs_baseline_pct == pytest.approx(10.0), "y is compared with x of its own layout"
