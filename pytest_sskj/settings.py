@@ -399,6 +399,18 @@ def _check_layouts(s: Settings) -> None:
             f"{s.gpus_per_node} GPUs ({', '.join(s.nodes) or 'local'})"
             "\n  Hint: drop the layout, add --nodes, or set --sskj-gpus-per-node / the platform profile"
         )
+    given = [f"--{k}" for k in ("tp", "dp", "ep", "pp") if s.sources.get(k) == "cli"]
+    if s.layouts and given:
+        raise pytest.UsageError(
+            f"{' '.join(given)} and --layout both set parallel sizes; each layout carries its own"
+            "\n  accepted: --layout tp2dp4,tp4dp2 alone, or --tp/--dp/--ep/--pp without --layout"
+            "\n  Hint: drop the size flags, or write the layout you mean, e.g. --layout tp8ep4"
+        )
+    if s.layouts and s.deployment is not None:
+        raise pytest.UsageError(
+            "--layout and a profile's [deployment] both place the servers; a deployment's groups carry their own sizes"
+            "\n  Hint: use a profile without [deployment] for a layout matrix"
+        )
     names = [lay.name for lay in s.layouts]
     if s.expect_layout is not None and s.expect_layout not in names:
         raise pytest.UsageError(

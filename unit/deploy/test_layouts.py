@@ -78,3 +78,9 @@ def test_layouts_that_do_not_fit_are_a_usage_error_naming_them(pytester: pytest.
     res = pytester.runpytest("--engine", "sglang", "--layout", "tp8dp1", "--sskj-expect-layout", "tp4dp2")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--sskj-expect-layout tp4dp2 is not one of the layouts tp8dp1*"])
+
+
+def test_size_flags_with_layouts_are_refused(pytester: pytest.Pytester) -> None:
+    res = pytester.runpytest("--engine", "sglang", "--tp", "8", "--layout", "tp8dp1,tp4dp2")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--tp and --layout both set parallel sizes*"])
