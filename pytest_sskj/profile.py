@@ -6,7 +6,7 @@ layouts, server args, SLO tier and shapes::
     [layers]
     platform = "pro6000"          # profiles/platforms/pro6000.toml: chip, arch, GPUs per node, env
     model = "kimi-k3"             # profiles/models/kimi-k3.toml: path, quantization, trust-remote-code
-    engine = "sglang"
+    engine = 'sglang'
     nodes = "601-604"
     tp = 32
     ep = 4

@@ -386,13 +386,13 @@ def _dimensions(values: dict[str, Any], r: _Resolver, opts: Mapping[str, Option]
 
 def _check_layouts(s: Settings) -> None:
     nnodes = max(1, len(s.nodes))
-    problems = [p for lay in s.layouts for p in layout_problems(lay, nnodes=nnodes, gpus_per_node=s.gpus_per_node)]
-    if s.engine == "embedded":
-        problems = [
-            f"layout {lay.name}: the embedded CPU engine has no tensor/expert/pipeline/data parallelism"
-            for lay in s.layouts
-            if (lay.tp, lay.ep, lay.pp, lay.dp) != (1, 1, 1, 1)
-        ]
+    from pytest_sskj.server.spec import ServerSpec
+
+    # GPU fit only for engines that take GPUs (the engine's own checks run per layout in _engine_checks)
+    gpu_engine = get_engine(s.engine).world_size(ServerSpec(engine=s.engine, backend=s.baseline)) > 0
+    problems = [
+        p for lay in s.layouts if gpu_engine for p in layout_problems(lay, nnodes=nnodes, gpus_per_node=s.gpus_per_node)
+    ]
     if problems:
         raise pytest.UsageError(
             "--layout: " + "; ".join(problems) + f"\n  accepted: layouts whose TPxPPxDP fits {nnodes} node(s) x "

@@ -19,8 +19,6 @@ from pytest_sskj.stash import SETTINGS_KEY
 
 __all__ = ["RecommendKey", "get_deployment_pool"]
 
-_PER_POINT_S = {"embedded": 60.0}
-
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     settings = metafunc.config.stash.get(SETTINGS_KEY, None)
@@ -46,7 +44,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [it for it in items if not _is_recommendation(it)] + recs
     if not (config.pluginmanager.hasplugin("timeout") and hasattr(signal, "SIGALRM")):
         return
-    per_point = _PER_POINT_S.get(settings.engine, 900.0)
+    from pytest_sskj.engines import get_engine
+
+    per_point = get_engine(settings.engine).point_budget_s
     steps = 16 if settings.search != "none" else 0
     budget = len(settings.layouts) * (
         settings.health_timeout_s + per_point * (settings.repeats * (len(settings.concurrencies) + 1) + steps)
