@@ -1,9 +1,11 @@
-"""``python -m pytest_sskj``: release marking and report rendering outside a pytest run.
+"""``python -m pytest_sskj``: release marking, report rendering and profiles outside a pytest run.
 
 ``release mark --run RUN_ID [--run RUN_ID2] --tag NAME`` / ``release list`` / ``release show TAG`` (see
 :mod:`pytest_sskj.report.release`); ``report html --alluredir DIR --out FILE [--check]`` (see
 :mod:`pytest_sskj.report.html`); ``report summary --run RUN_ID`` regenerates ``summary.md`` and the plots
-of a (possibly crashed) run.  Exit status: 0 done, 1 refused or check failed, 2 bad input or missing tool.
+of a (possibly crashed) run; ``profiles [list]`` lists the shipped profiles and ``profiles show NAME`` prints
+one resolved (every value with the layer file it came from, its layouts and deployment groups).
+Exit status: 0 done, 1 refused or check failed, 2 bad input or missing tool.
 """
 
 from __future__ import annotations
@@ -80,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     summ = psub.add_parser("summary", help="regenerate summary.md and plots of a run from its files")
     summ.add_argument("--run", required=True)
     summ.add_argument("--reports-dir", type=Path, default=None)
+
+    prof = sub.add_parser("profiles", help="list the profiles, or show one resolved")
+    prsub = prof.add_subparsers(dest="action")
+    prsub.add_parser("list", help="every deployment profile (name, description)")
+    pshow = prsub.add_parser("show", help="one profile resolved: values, their layer files, layouts, groups")
+    pshow.add_argument("name", help="a profile name (pro6000/kimi3-sglang-pd) or a file")
     return p
 
 
@@ -178,6 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "release":
         return _release(args)
+    if args.command == "profiles":
+        from pytest_sskj.deploy.show import profiles_command
+
+        return profiles_command(args.action or "list", getattr(args, "name", None), _out, _err)
     return _report(args)
 
 

@@ -32,6 +32,7 @@ Kind = Literal[
     "append",
     "slo",
     "agreement",
+    "size_seq",
 ]
 
 
@@ -158,8 +159,29 @@ OPTIONS: tuple[Option, ...] = (
         "Warmup requests before each point, not measured (default 1)",
         default=1,
     ),
-    Option("isl", ("--isl",), "size", "Input tokens per request, e.g. 16K"),
-    Option("osl", ("--osl",), "size", "Output tokens per request, e.g. 1"),
+    Option("isl", ("--isl",), "size_seq", "Input tokens per request, e.g. 16K; a list makes shapes: 1K,16K"),
+    Option("osl", ("--osl",), "size_seq", "Output tokens per request, e.g. 1; a list makes shapes: 128,1"),
+    Option(
+        "shape_mode",
+        ("--sskj-shape-mode",),
+        "choice",
+        "How --isl and --osl lists combine: grid (every ISL with every OSL, default) or pairs (1st with 1st, ...)",
+        default="grid",
+        choices=("grid", "pairs"),
+    ),
+    Option(
+        "grid_limit",
+        ("--sskj-grid-limit",),
+        "int",
+        "Keep only the first N shapes of the ISL x OSL grid (the users' GRID_LIMIT)",
+    ),
+    Option(
+        "layouts",
+        ("--layout",),
+        "str",
+        "Parallel layouts to compare, each its own server: tp2dp4,tp4dp2,tp8dp1 or layout names of the profile",
+        metavar="LIST",
+    ),
     Option(
         "endpoint",
         ("--sskj-endpoint",),
@@ -245,6 +267,27 @@ OPTIONS: tuple[Option, ...] = (
         "Fail the search unless the highest SLO-meeting concurrency is at least this",
     ),
     Option(
+        "expect_layout",
+        ("--sskj-expect-layout",),
+        "str",
+        "Fail test_recommendation unless this layout is the recommended one (and its lead is conclusive)",
+        metavar="LAYOUT",
+    ),
+    Option(
+        "throughput_floor",
+        ("--sskj-throughput-floor",),
+        "float",
+        "Fail test_recommendation unless the recommended point's throughput (tok/s) is at least this",
+    ),
+    Option(
+        "recommend_metric",
+        ("--sskj-recommend-metric",),
+        "choice",
+        "Throughput that ranks layouts in test_recommendation (tok/s or req/s; default total_throughput)",
+        default="total_throughput",
+        choices=("total_throughput", "input_throughput", "output_throughput", "request_throughput"),
+    ),
+    Option(
         "resume",
         ("--resume",),
         "str",
@@ -285,6 +328,12 @@ OPTIONS: tuple[Option, ...] = (
         ("--sskj-python",),
         "str",
         "Python interpreter on the nodes (default: python3 remote, this one local)",
+    ),
+    Option(
+        "router_python",
+        ("--sskj-router-python",),
+        "str",
+        "Python that has sglang-router installed, for a deployment's router (default: --sskj-python, else this one)",
     ),
     Option("ssh_user", ("--sskj-ssh-user",), "str", "SSH user for --launcher ssh"),
     Option("ssh_port", ("--sskj-ssh-port",), "int", "SSH port for --launcher ssh (default 22)", default=22),

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from pytest_sskj.engines import node_commands
-from pytest_sskj.server.spec import ServerSpec, spec_from_settings
+from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
 
 __all__ = ["plan_lines", "planned_specs"]
@@ -15,13 +15,34 @@ __all__ = ["plan_lines", "planned_specs"]
 
 def planned_specs(settings: Settings) -> list[ServerSpec]:
     """Every distinct server spec the matrix would launch, in launch order (backend-major)."""
+    from pytest_sskj.acceptance import matrix
+
     specs: list[ServerSpec] = []
-    for chunk in settings.chunks:
-        for backend in settings.backends:
-            spec = spec_from_settings(settings, backend=backend, chunk=chunk)
-            if spec not in specs:
-                specs.append(spec)
+    for lay, _ in matrix.dimensions(settings):
+        for chunk in settings.chunks:
+            for backend in settings.backends:
+                point = matrix.Point(backend, chunk, 0, 0, 0, layout=lay)
+                spec = matrix.spec_for(settings, point)
+                if spec not in specs:
+                    specs.append(spec)
     return specs
+
+
+def _dimension_lines(s: Settings) -> list[str]:
+    """The layout x shape matrix, when the run has one."""
+    out = []
+    if s.layouts:
+        out.append("layouts: " + ", ".join(f"{lay.name} ({lay.sizes})" for lay in s.layouts))
+    if len(s.shapes) > 1 or s.layouts:
+        out.append(f"shapes ({s.shape_mode}): " + ", ".join(f"{i}->{o}" for i, o in s.shapes))
+    if s.layouts:
+        cells = len(s.layouts) * len(s.shapes) * len(s.backends) * max(1, len(s.chunks))
+        out.append(
+            f"recommendation: {len(s.layouts)} layout(s) x {len(s.shapes)} shape(s) x {len(s.backends)} backend(s) "
+            f"x {max(1, len(s.chunks))} chunk(s) = {cells} cell(s); winner = highest {s.recommend_metric} "
+            f"meeting the SLO" + (f"; expected winner {s.expect_layout}" if s.expect_layout else "")
+        )
+    return out
 
 
 def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest.Item]) -> list[str]:
@@ -37,6 +58,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         f"backends: {','.join(s.backends)} (baseline {s.baseline})    chunks: {','.join(map(str, s.chunks))}    "
         f"concurrency: {','.join(map(str, s.concurrencies))}",
         f"SLO: {', '.join(map(str, s.slo)) or 'none'}    search: {s.search}",
+        *_dimension_lines(s),
         "",
         f"test matrix ({len(items)} tests):",
     ]
@@ -45,11 +67,16 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
     if s.target_url:
         lines.append(f"server: already running at {s.target_url} (--target-url): no launch commands")
         return lines
+    if s.deployment is not None:
+        from pytest_sskj.deploy.deployment import deployment_plan_lines
+
+        return lines + deployment_plan_lines(config, s)
     specs = planned_specs(s)
     lines.append(f"servers ({len(specs)} specs; each started once, stopped before the next needs its GPUs):")
     for spec in specs:
         cmds = config.hook.pytest_sskj_server_commands(config=config, spec=spec) or node_commands(spec)
-        lines.append(f"  [{spec.label}]  key {spec.key()}")
+        layout = dict(spec.labels).get("layout")
+        lines.append(f"  [{layout + ' ' if layout else ''}{spec.label}]  key {spec.key()}")
         for cmd in cmds:
             role = (
                 "rank 0, serves HTTP"

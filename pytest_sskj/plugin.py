@@ -21,6 +21,7 @@ _SUBPLUGINS = (
     "pytest_sskj.bench.fixtures",
     "pytest_sskj.report.plugin",
     "pytest_sskj.acceptance.plugin",
+    "pytest_sskj.deploy.plugin",
 )
 
 

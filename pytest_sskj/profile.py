@@ -1,32 +1,35 @@
-"""Profiles: one TOML file per platform/model/engine, like the users' ``deploy/profiles/*.env``.
+"""Profiles: layered TOML files — platform, model and engine/deployment — combined by reference.
 
-A profile fills settings that the command line, ``SSKJ_*`` variables and ini keys leave unset.
-Example (``profiles/pro6000/kimi3-sglang.toml``)::
+A *deployment* profile (``profiles/<platform>/<name>.toml``) names its layers and adds the engine,
+layouts, server args, SLO tier and shapes::
 
-    platform = "pro6000"
-    model = "Kimi-K3"
+    [layers]
+    platform = "pro6000"          # profiles/platforms/pro6000.toml: chip, arch, GPUs per node, env
+    model = "kimi-k3"             # profiles/models/kimi-k3.toml: path, quantization, trust-remote-code
     engine = 'sglang'
-    model_path = "/models/Kimi-K3"
     nodes = "601-604"
     tp = 32
     ep = 4
-    backends = ["marlin", "flashinfer_mxfp4"]
-    chunks = ["4K", "8K", "16K"]
-    concurrencies = [8, 16]
-    isl = "16K"
-    osl = 1
-    server_args = ["--trust-remote-code", "--disable-radix-cache", "--mem-fraction-static=0.85"]
+    slo_tier = "S2"               # or slo = "ttft_p95_ms<3000,tpot_p95_ms<50" / "none"
 
-    [env]
-    NCCL_IB_DISABLE = "1"
+    [[layouts]]                   # optional: the parallel layouts of a TP x DP matrix
+    name = "tp4dp2"
+    tp = 4
+    dp = 2
+    server_args = ["--flag=value"]
 
-Every key is a setting name of :data:`pytest_sskj.options.OPTIONS` (``model`` is accepted for
-``model_name``); ``env`` is a table.  Unknown keys are refused with the list of known ones.
+``--profile pro6000/kimi3-sglang-pd`` finds ``profiles/pro6000/kimi3-sglang-pd.toml`` under the
+invocation directory, the rootdir or this checkout; a path to a file works too.  Layers combine
+platform < model < deployment (later wins; ``env`` tables merge key by key, ``server_args`` add up), and
+the combined profile sits at its usual place in the precedence chain (CLI > env > ini > profile >
+engine default > default).  Unknown keys are refused per layer, naming the key, the accepted keys and
+the file.  A file without ``[layers]`` is a flat profile (every key a setting name), as before.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,21 +41,144 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["PROFILE_KEYS", "Profile", "load_profile"]
+__all__ = [
+    "DEPLOYMENT_KEYS",
+    "MODEL_KEYS",
+    "PLATFORM_KEYS",
+    "PROFILE_KEYS",
+    "SLO_TIERS",
+    "Profile",
+    "find_profile",
+    "list_profiles",
+    "load_profile",
+    "profile_roots",
+]
 
 _ALIASES = {"model": "model_name", "backend": "backends", "chunk": "chunks", "concurrency": "concurrencies"}
 _NOT_IN_PROFILE = {"profile", "dry_run", "run_id", "resume"}
 PROFILE_KEYS: tuple[str, ...] = tuple(
     sorted({o.dest for o in OPTIONS if o.dest not in _NOT_IN_PROFILE} | set(_ALIASES))
 )
+"""Setting keys a deployment (or flat) profile may set."""
+
+SLO_TIERS: Mapping[str, str] = {
+    # the users' S2 tier for DSV4-Flash / GLM5.2 serving: TTFT P95 < 3 s, TPOT P95 < 50 ms, strictly (seed 004)
+    "S2": "ttft_p95_ms<3000,tpot_p95_ms<50",
+    "none": "none",
+}
+"""Named SLO tiers a profile can ask for with ``slo_tier``; only tiers with a source are listed."""
+
+PLATFORM_KEYS: tuple[str, ...] = ("arch", "chip", "env", "gpus_per_node", "interconnect", "memory_gib", "name", "notes")
+MODEL_KEYS: tuple[str, ...] = (
+    "activation",
+    "architecture",
+    "context_length",
+    "env",
+    "name",
+    "notes",
+    "path",
+    "placeholder",
+    "quantization",
+    "tokenizer",
+    "trust_remote_code",
+)
+_DEPLOYMENT_ONLY = ("deployment", "description", "layers", "layouts", "slo_tier")
+DEPLOYMENT_KEYS: tuple[str, ...] = tuple(sorted({*PROFILE_KEYS, *_DEPLOYMENT_ONLY}))
+_LAYER_KINDS = ("platform", "model")
+_LAYER_DIRS = {"platform": "platforms", "model": "models"}
+_PLATFORM_SETTINGS = {"name": "platform", "gpus_per_node": "gpus_per_node"}
+_MODEL_SETTINGS = {"name": "model_name", "path": "model_path"}
+_LIST_SETTINGS = ("server_args", "ssh_options")
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A loaded profile: the file it came from and its values keyed by setting name."""
+    """A loaded profile: the file named, its values keyed by setting name, and where each came from."""
 
     path: Path
     values: dict[str, Any] = field(default_factory=dict)
+    """Setting name -> option text (as a command line would give it)."""
+    origins: dict[str, Path] = field(default_factory=dict)
+    """Setting name -> the layer file that supplied it."""
+    layers: dict[str, Path] = field(default_factory=dict)
+    """``platform`` / ``model`` -> the layer file used."""
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Descriptive facts per layer (chip, arch, quantization, tokenizer, ...), for reports."""
+    layouts: tuple[dict[str, Any], ...] = ()
+    """The ``[[layouts]]`` tables, checked by :mod:`pytest_sskj.deploy.layouts`."""
+    deployment: dict[str, Any] | None = None
+    """The ``[deployment]`` table (groups and router), checked by :mod:`pytest_sskj.deploy.topology`."""
+    description: str = ""
+
+    def origin(self, dest: str) -> Path:
+        return self.origins.get(dest, self.path)
+
+    @property
+    def name(self) -> str:
+        """``pro6000/kimi3-sglang-pd`` for a file under a profiles root, else the file name."""
+        for root in profile_roots():
+            try:
+                return str(self.path.resolve().relative_to(root.resolve()).with_suffix(""))
+            except ValueError:
+                continue
+        return self.path.stem
+
+
+def profile_roots(extra: Sequence[Path] = ()) -> list[Path]:
+    """Folders searched for profiles named by reference: ``extra`` dirs' ``profiles/``, cwd's, this checkout's."""
+    cands = [*(Path(p) / "profiles" for p in extra), Path.cwd() / "profiles"]
+    cands.append(Path(__file__).resolve().parent.parent / "profiles")
+    out: list[Path] = []
+    for c in cands:
+        if c.is_dir() and all(c.resolve() != o.resolve() for o in out):
+            out.append(c)
+    return out
+
+
+def find_profile(ref: str | Path, search: Sequence[Path] = ()) -> Path:
+    """The file of ``ref``: an existing path, or ``<root>/<ref>.toml`` under :func:`profile_roots`."""
+    p = Path(ref).expanduser()
+    if p.is_file():
+        return p
+    roots = profile_roots(search)
+    name = str(ref)
+    for root in roots:
+        for cand in (root / name, root / f"{name}.toml"):
+            if cand.is_file():
+                return cand
+    where = ", ".join(str(r) for r in roots) or "no profiles/ folder found"
+    known = ", ".join(n for n, _ in list_profiles(search)) or "none"
+    raise ValueError(f"profile {str(ref)!r} does not exist (looked for the file and under {where}); known: {known}")
+
+
+def list_profiles(search: Sequence[Path] = ()) -> list[tuple[str, Path]]:
+    """Every deployment profile under the profile roots as ``(name, file)`` (layer files excluded)."""
+    out: dict[str, Path] = {}
+    for root in profile_roots(search):
+        for f in sorted(root.rglob("*.toml")):
+            rel = f.relative_to(root)
+            if rel.parts[0] in _LAYER_DIRS.values():
+                continue
+            out.setdefault(str(rel.with_suffix("")), f)
+    return sorted(out.items())
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"profile {str(path)!r} does not exist")
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        return data
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"profile {str(path)!r} is not valid TOML: {exc}") from None
+
+
+def _refuse_unknown(raw: Mapping[str, Any], accepted: Sequence[str], path: Path, what: str) -> None:
+    unknown = sorted(k for k in raw if k not in accepted)
+    if unknown:
+        raise ValueError(
+            f"{what} {str(path)!r} has unknown key(s) {', '.join(unknown)}; known keys: {', '.join(accepted)}"
+        )
 
 
 def _as_option_text(key: str, value: Any) -> Any:
@@ -63,7 +189,7 @@ def _as_option_text(key: str, value: Any) -> Any:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, list):
-        if key in ("server_args", "ssh_options"):
+        if key in _LIST_SETTINGS:
             return [str(v) for v in value]
         return ",".join(str(v) for v in value)
     if isinstance(value, (int, float, str)):
@@ -71,24 +197,121 @@ def _as_option_text(key: str, value: Any) -> Any:
     raise ValueError(f"{key!r} has a value of type {type(value).__name__}, which a profile cannot hold")
 
 
-def load_profile(path: Path) -> Profile:
-    """Read and check a profile; raise :class:`ValueError` saying what is wrong and what is accepted."""
-    if not path.is_file():
-        raise ValueError(f"profile {str(path)!r} does not exist")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"profile {str(path)!r} is not valid TOML: {exc}") from None
-    unknown = sorted(k for k in raw if k not in PROFILE_KEYS)
-    if unknown:
-        raise ValueError(
-            f"profile {str(path)!r} has unknown key(s) {', '.join(unknown)}; known keys: {', '.join(PROFILE_KEYS)}"
-        )
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        dest = _ALIASES.get(key, key)
+class _Merge:
+    """Accumulates setting values over the layers (later layers win; env merges; server args add up)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.origins: dict[str, Path] = {}
+
+    def put(self, dest: str, value: Any, path: Path) -> None:
         try:
-            values[dest] = _as_option_text(dest, value)
+            text = _as_option_text(dest, value)
         except ValueError as exc:
             raise ValueError(f"profile {str(path)!r}: {exc}") from None
-    return Profile(path=path, values=values)
+        if dest == "env" and "env" in self.values:
+            merged = {e.partition("=")[0]: e for e in self.values["env"]}
+            merged.update({e.partition("=")[0]: e for e in text})
+            text = list(merged.values())
+        elif dest in _LIST_SETTINGS and dest in self.values:
+            text = [*self.values[dest], *[t for t in text if t not in self.values[dest]]]
+        self.values[dest] = text
+        self.origins[dest] = path
+
+
+def _layer_file(kind: str, ref: Any, base: Path, path: Path) -> Path:
+    if not isinstance(ref, str) or not ref.strip():
+        raise ValueError(f'profile {str(path)!r}: layers.{kind} must be a layer name, e.g. "pro6000"')
+    sub = _LAYER_DIRS[kind]
+    tried = []
+    for d in (base, *base.parents[:3]):
+        cand = d / sub / f"{ref}.toml"
+        tried.append(str(cand))
+        if cand.is_file():
+            return cand
+    known = sorted({f.stem for d in (base, *base.parents[:3]) for f in (d / sub).glob("*.toml")})
+    raise ValueError(
+        f"profile {str(path)!r}: layers.{kind} = {ref!r} names no file (looked for {', '.join(tried[:2])}); "
+        f"known {kind} layers: {', '.join(known) or 'none'}"
+    )
+
+
+def _apply_platform(m: _Merge, raw: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    _refuse_unknown(raw, PLATFORM_KEYS, path, "platform layer")
+    for key, dest in _PLATFORM_SETTINGS.items():
+        if key in raw:
+            m.put(dest, raw[key], path)
+    if "env" in raw:
+        m.put("env", raw["env"], path)
+    return {k: v for k, v in raw.items() if k != "env"}
+
+
+def _apply_model(m: _Merge, raw: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    _refuse_unknown(raw, MODEL_KEYS, path, "model layer")
+    for key, dest in _MODEL_SETTINGS.items():
+        if key in raw:
+            m.put(dest, raw[key], path)
+    if raw.get("trust_remote_code") is True:  # the same flag for SGLang and vLLM
+        m.put("server_args", ["--trust-remote-code"], path)
+    if "env" in raw:
+        m.put("env", raw["env"], path)
+    return {k: v for k, v in raw.items() if k != "env"}
+
+
+def _apply_deployment(m: _Merge, raw: Mapping[str, Any], path: Path) -> None:
+    for key, value in raw.items():
+        if key in _DEPLOYMENT_ONLY:
+            continue
+        m.put(_ALIASES.get(key, key), value, path)
+    tier = raw.get("slo_tier")
+    if tier is not None:
+        if tier not in SLO_TIERS:
+            raise ValueError(
+                f"profile {str(path)!r}: slo_tier {tier!r} is unknown; known tiers: {', '.join(SLO_TIERS)}"
+            )
+        if "slo" in raw:
+            raise ValueError(f"profile {str(path)!r}: give slo_tier or slo, not both")
+        m.put("slo", SLO_TIERS[tier], path)
+
+
+def load_profile(path: Path) -> Profile:
+    """Read a profile and its layers; raise :class:`ValueError` saying what is wrong and what is accepted."""
+    raw = _read(path)
+    layered = "layers" in raw
+    _refuse_unknown(raw, DEPLOYMENT_KEYS if layered else (*PROFILE_KEYS, *_DEPLOYMENT_ONLY), path, "profile")
+    m = _Merge()
+    layers: dict[str, Path] = {}
+    facts: dict[str, dict[str, Any]] = {}
+    if layered:
+        refs = raw["layers"]
+        if not isinstance(refs, dict):
+            raise ValueError(f"profile {str(path)!r}: [layers] must be a table with platform = and model =")
+        _refuse_unknown(refs, _LAYER_KINDS, path, "[layers] of profile")
+        for kind in _LAYER_KINDS:
+            if kind not in refs:
+                continue
+            lf = _layer_file(kind, refs[kind], path.parent, path)
+            layers[kind] = lf
+            apply = _apply_platform if kind == "platform" else _apply_model
+            facts[kind] = apply(m, _read(lf), lf)
+    _apply_deployment(m, raw, path)
+    layouts = raw.get("layouts", [])
+    if not isinstance(layouts, list) or not all(isinstance(t, dict) for t in layouts):
+        raise ValueError(
+            f"profile {str(path)!r}: layouts must be an array of tables ([[layouts]] name = ..., tp = ...)"
+        )
+    dep = raw.get("deployment")
+    if dep is not None and not isinstance(dep, dict):
+        raise ValueError(f"profile {str(path)!r}: [deployment] must be a table of groups and a router")
+    if layouts:
+        m.put("layouts", [str(t.get("name", "")) for t in layouts], path)
+    return Profile(
+        path=path,
+        values=m.values,
+        origins=m.origins,
+        layers=layers,
+        facts=facts,
+        layouts=tuple(layouts),
+        deployment=dep,
+        description=str(raw.get("description", "")),
+    )

@@ -21,9 +21,11 @@ import pytest
 
 from pytest_sskj import parsing
 from pytest_sskj.acceptance.agreement import AgreementGate, parse_gates
+from pytest_sskj.deploy.layouts import Layout, build_shapes, layout_problems, parse_size_seq, resolve_layouts
+from pytest_sskj.deploy.topology import Topology, topology_from_table
 from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
-from pytest_sskj.profile import Profile, load_profile
+from pytest_sskj.profile import Profile, find_profile, load_profile
 from pytest_sskj.report.redact import REDACTED
 from pytest_sskj.slo import SloGate, parse_slo
 
@@ -86,6 +88,19 @@ class Settings:
     reports_dir: Path
     run_id: str
     dry_run: bool
+    shape_mode: str = "grid"
+    grid_limit: int | None = None
+    layouts: tuple[Layout, ...] = ()
+    """Parallel layouts to compare (``--layout`` / the profile's ``[[layouts]]``); empty: the run's one
+    ``tp``/``dp``/``ep``/``pp``."""
+    shapes: tuple[tuple[int, int], ...] = ()
+    """Every (ISL, OSL) of the run; ``isl``/``osl`` are the first one."""
+    expect_layout: str | None = None
+    throughput_floor: float | None = None
+    recommend_metric: str = "total_throughput"
+    router_python: str | None = None
+    deployment: Topology | None = None
+    """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Where each setting came from: ``cli``, ``env``, ``ini``, ``profile``, ``engine`` or ``default``."""
 
@@ -126,6 +141,9 @@ class Settings:
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
         d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate
         d["sources"] = dict(self.sources)
+        d["layouts"] = [lay.as_dict() for lay in self.layouts]
+        d["shapes"] = [list(sh) for sh in self.shapes]
+        d["deployment"] = self.deployment.as_dict() if self.deployment else None
         return d
 
 
@@ -157,6 +175,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "path": lambda v: Path(str(v)).expanduser(),
     "slo": parse_slo,
     "agreement": parse_gates,
+    "size_seq": parse_size_seq,
 }
 
 
@@ -178,6 +197,7 @@ def _accepted(opt: Option) -> str:
         "bool": "1/0, true/false",
         "size": "a token count with optional K suffix: 1, 512, 16K",
         "size_list": "a comma list of sizes: 4096,8K,16k",
+        "size_seq": "a size or a comma list of sizes: 16K, 1K,16K",
         "int_list": "a comma list of whole numbers >= 1: 8,16",
         "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
         "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
@@ -193,7 +213,7 @@ def _where(source: str, opt: Option, profile: Profile | None) -> str:
         "cli": f"{opt.display} on the command line",
         "env": f"environment variable {opt.env}",
         "ini": f"ini key {opt.ini}",
-        "profile": f"key {opt.dest!r} of profile {profile.path if profile else '?'}",
+        "profile": f"key {opt.dest!r} of profile {profile.origin(opt.dest) if profile else '?'}",
     }.get(source, opt.display)
 
 
@@ -239,7 +259,7 @@ class _Resolver:
                 items = [value] if isinstance(value, str) else list(value)
                 return _parse_env_pairs(items) if opt.dest == "env" else tuple(str(v) for v in items)
             if opt.kind == "nodes":
-                base = self.profile.path.parent if source == "profile" and self.profile else Path.cwd()
+                base = self.profile.origin("nodes").parent if source == "profile" and self.profile else Path.cwd()
                 template = (
                     self.config.getoption("sskj_node_template", None)
                     or self.environ.get("SSKJ_NODE_TEMPLATE")
@@ -276,7 +296,8 @@ def _hint(opt: Option) -> str | None:
         "engine": "--engine sglang for SGLang, --engine embedded for the CPU engine",
         "slo": "--sskj-slo 'ttft_p95_ms<3000,tpot_p95_ms<50'",
         "agreement_min": "--sskj-agreement-min identical_seq_frac>=1 (bit-identical), 0.95, or none",
-        "profile": "profiles are TOML files; see pytest_sskj/profile.py for the keys",
+        "profile": "profiles are TOML files or names such as pro6000/kimi3-sglang-pd; "
+        "`python -m pytest_sskj profiles` lists them",
     }.get(opt.dest, f"see `pytest --help`, option {opt.display}")
 
 
@@ -294,7 +315,10 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         path = r.parse(by_dest["profile"], prof[0], prof[1])
         r.sources["profile"] = prof[1]
         try:
-            r.profile = load_profile(Path(path))
+            params = getattr(config, "invocation_params", None)
+            search = [Path(params.dir)] if params is not None else []
+            search.append(Path(str(config.rootpath)))
+            r.profile = load_profile(find_profile(path, search))
         except ValueError as exc:
             raise _usage(
                 by_dest["profile"],
@@ -329,9 +353,102 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         remote = [h for h in values["nodes"] if not _is_local_host(h)]
         values["launcher"] = "ssh" if remote else "local"
         r.sources["launcher"] = "derived"
+    _dimensions(values, r, by_dest)
     settings = Settings(sources=dict(r.sources), **values)
     _check_combination(settings, by_dest)
     return settings
+
+
+def _dimensions(values: dict[str, Any], r: _Resolver, opts: Mapping[str, Option]) -> None:
+    """Layouts and shapes from their options (and the profile's ``[[layouts]]`` tables)."""
+    tables = r.profile.layouts if r.profile else ()
+    where = str(r.profile.path) if r.profile else "profile"
+    src = r.sources.get("layouts", "default")
+    try:
+        values["layouts"] = resolve_layouts(values["layouts"], tables, where)
+    except ValueError as exc:
+        raise _usage(
+            opts["layouts"], _where(src, opts["layouts"], r.profile), str(exc), "e.g. --layout tp2dp4,tp4dp2,tp8dp1"
+        ) from None
+    isl, osl = parse_size_seq(values["isl"]), parse_size_seq(values["osl"])
+    try:
+        values["shapes"] = build_shapes(isl, osl, mode=values["shape_mode"], limit=values["grid_limit"])
+    except ValueError as exc:
+        raise _usage(
+            opts["shape_mode"],
+            _where(r.sources.get("shape_mode", "default"), opts["shape_mode"], r.profile),
+            str(exc),
+            "give as many --isl as --osl values, or use --sskj-shape-mode grid",
+        ) from None
+    values["isl"], values["osl"] = values["shapes"][0]
+    if r.profile is not None and r.profile.deployment is not None:
+        try:
+            values["deployment"] = topology_from_table(r.profile.deployment, where)
+        except ValueError as exc:
+            raise pytest.UsageError(
+                f"{exc}\n  accepted: see pytest_sskj/deploy/topology.py (groups: name, role, nodes, tp/dp/ep/pp, "
+                "backend, chunk, server_args, env; router: port, node, policy)\n  Hint: fix the key the message names"
+            ) from None
+
+
+def _check_layouts(s: Settings) -> None:
+    nnodes = max(1, len(s.nodes))
+    from pytest_sskj.server.spec import ServerSpec
+
+    # GPU fit only for engines that take GPUs (the engine's own checks run per layout in _engine_checks)
+    gpu_engine = get_engine(s.engine).world_size(ServerSpec(engine=s.engine, backend=s.baseline)) > 0
+    problems = [
+        p for lay in s.layouts if gpu_engine for p in layout_problems(lay, nnodes=nnodes, gpus_per_node=s.gpus_per_node)
+    ]
+    if problems:
+        raise pytest.UsageError(
+            "--layout: " + "; ".join(problems) + f"\n  accepted: layouts whose TPxPPxDP fits {nnodes} node(s) x "
+            f"{s.gpus_per_node} GPUs ({', '.join(s.nodes) or 'local'})"
+            "\n  Hint: drop the layout, add --nodes, or set --sskj-gpus-per-node / the platform profile"
+        )
+    given = [f"--{k}" for k in ("tp", "dp", "ep", "pp") if s.sources.get(k) == "cli"]
+    if s.layouts and given:
+        raise pytest.UsageError(
+            f"{' '.join(given)} and --layout both set parallel sizes; each layout carries its own"
+            "\n  accepted: --layout tp2dp4,tp4dp2 alone, or --tp/--dp/--ep/--pp without --layout"
+            "\n  Hint: drop the size flags, or write the layout you mean, e.g. --layout tp8ep4"
+        )
+    if s.layouts and s.deployment is not None:
+        raise pytest.UsageError(
+            "--layout and a profile's [deployment] both place the servers; a deployment's groups carry their own sizes"
+            "\n  Hint: use a profile without [deployment] for a layout matrix"
+        )
+    names = [lay.name for lay in s.layouts]
+    if s.expect_layout is not None and s.expect_layout not in names:
+        raise pytest.UsageError(
+            f"--sskj-expect-layout {s.expect_layout} is not one of the layouts {', '.join(names) or '(none)'}"
+            "\n  Hint: add it to --layout"
+        )
+
+
+def _engine_checks(s: Settings, info: Any) -> None:
+    """The engine's checks, once per layout or deployment group when the run has them (each is a server)."""
+    from dataclasses import replace
+
+    cells: list[tuple[str, Settings]] = []
+    if s.layouts:
+        cells = [(f"layout {x.name}", replace(s, tp=x.tp, dp=x.dp, ep=x.ep, pp=x.pp, layouts=())) for x in s.layouts]
+    elif s.deployment is not None:
+        cells = [
+            (
+                f"deployment group {g.name}",
+                replace(s, nodes=g.nodes, tp=g.tp, dp=g.dp, ep=g.ep, pp=g.pp, placement=g.placement, deployment=None),
+            )
+            for g in s.deployment.groups
+        ]
+    if not cells:
+        info.check_settings(s)
+        return
+    for what, cell in cells:
+        try:
+            info.check_settings(cell)
+        except pytest.UsageError as exc:
+            raise pytest.UsageError(f"{what}: {exc}") from None
 
 
 def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
@@ -345,6 +462,7 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
             f"engine {s.engine} accepts: {', '.join(info.backends)} (applied as {info.backend_switch.describe()}); "
             "or pick another --engine",
         )
+    _check_layouts(s)
     if s.endpoint not in info.endpoints:
         raise _usage(
             opts["endpoint"],
@@ -352,7 +470,7 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
             f"endpoint {s.endpoint!r} is not served by engine {s.engine!r}",
             f"engine {s.engine} serves: {', '.join(info.endpoints)}; or pick another --engine",
         )
-    info.check_settings(s)
+    _engine_checks(s, info)
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
     if s.target_url is not None:

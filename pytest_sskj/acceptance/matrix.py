@@ -1,7 +1,9 @@
 """The acceptance matrix: serving points, comparisons, chunk curves and SLO configs from :class:`Settings`.
 
 A *point* is one (backend, chunk, concurrency, repeat) measurement and carries the id users see in the
-test id (``flashinfer_mxfp4-chunk8192-c8-r2``).  This module owns how points are enumerated and in which
+test id (``flashinfer_mxfp4-chunk8192-c8-r2``); with ``--layout`` and several shapes it also names its
+layout and (ISL, OSL) shape (``tp4dp2-isl1024-osl128-auto-chunk8192-c16-r1``), each layout being its own
+server spec that is reused across shapes and concurrencies.  This module owns how points are enumerated and in which
 order they run: grouped by server spec so each server starts once, or interleaved A B A B across
 backends when restarting a server is cheap (the embedded CPU engine), so slow drift of the machine
 cannot masquerade as a backend difference.  It also enumerates the verdicts built on the points
@@ -13,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_sskj.deploy.layouts import shape_id
 from pytest_sskj.engines import ENGINES
+from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
 
 __all__ = [
@@ -26,10 +30,20 @@ __all__ = [
     "comparisons",
     "configs",
     "curves",
+    "dimensions",
     "execution_order",
     "interleaves",
     "search_configs",
+    "spec_for",
 ]
+
+Shape = tuple[int, int]
+
+
+def _prefix(layout: str | None, shape: Shape | None) -> str:
+    """``tp4dp2-isl1024-osl128-`` (only the dimensions the run has)."""
+    return (f"{layout}-" if layout else "") + (f"{shape_id(shape)}-" if shape else "")
+
 
 CHEAP_RESTART_ENGINES = frozenset(n for n, e in ENGINES.items() if e.restart_cost == "cheap")
 """Engines whose servers restart in well under a second: their repeats are interleaved A B A B."""
@@ -42,10 +56,16 @@ class ConfigKey:
     backend: str
     chunk: int | None
     concurrency: int
+    layout: str | None = None
+    shape: Shape | None = None
 
     @property
     def id(self) -> str:
-        return f"{self.backend}-chunk{self.chunk}-c{self.concurrency}"
+        return f"{_prefix(self.layout, self.shape)}{self.backend}-chunk{self.chunk}-c{self.concurrency}"
+
+    def point(self, repeat: int, repeats: int, kind: str = "serve") -> Point:
+        """The point of this configuration at ``repeat`` (of ``repeats``)."""
+        return Point(self.backend, self.chunk, self.concurrency, repeat, repeats, kind, self.layout, self.shape)
 
 
 @dataclass(frozen=True)
@@ -59,20 +79,24 @@ class Point:
     repeats: int
     kind: str = "serve"
     """``serve`` for matrix points, ``search`` for a step of the adaptive concurrency search."""
+    layout: str | None = None
+    """The layout's name when the run has ``--layout`` (``None``: the run's one parallel setting)."""
+    shape: Shape | None = None
+    """(ISL, OSL) when the run has several shapes or layouts (``None``: the run's ``--isl``/``--osl``)."""
 
     @property
     def id(self) -> str:
-        base = f"{self.backend}-chunk{self.chunk}-c{self.concurrency}"
+        base = f"{_prefix(self.layout, self.shape)}{self.backend}-chunk{self.chunk}-c{self.concurrency}"
         return f"{base}-search" if self.kind == "search" else f"{base}-r{self.repeat}"
 
     @property
     def config(self) -> ConfigKey:
-        return ConfigKey(self.backend, self.chunk, self.concurrency)
+        return ConfigKey(self.backend, self.chunk, self.concurrency, self.layout, self.shape)
 
     @property
-    def spec_group(self) -> tuple[str, int | None]:
-        """What identifies the server this point needs (concurrency and repeat are client-side)."""
-        return (self.backend, self.chunk)
+    def spec_group(self) -> tuple[str | None, str, int | None]:
+        """What identifies the server this point needs (shape, concurrency and repeat are client-side)."""
+        return (self.layout, self.backend, self.chunk)
 
 
 @dataclass(frozen=True)
@@ -83,16 +107,19 @@ class Comparison:
     candidate: str
     chunk: int | None
     concurrency: int
+    layout: str | None = None
+    shape: Shape | None = None
 
     @property
     def id(self) -> str:
-        return f"{self.candidate}-vs-{self.baseline}-chunk{self.chunk}-c{self.concurrency}"
+        pre = _prefix(self.layout, self.shape)
+        return f"{pre}{self.candidate}-vs-{self.baseline}-chunk{self.chunk}-c{self.concurrency}"
 
     def baseline_config(self) -> ConfigKey:
-        return ConfigKey(self.baseline, self.chunk, self.concurrency)
+        return ConfigKey(self.baseline, self.chunk, self.concurrency, self.layout, self.shape)
 
     def candidate_config(self) -> ConfigKey:
-        return ConfigKey(self.candidate, self.chunk, self.concurrency)
+        return ConfigKey(self.candidate, self.chunk, self.concurrency, self.layout, self.shape)
 
 
 @dataclass(frozen=True)
@@ -102,28 +129,58 @@ class CurveKey:
     backend: str
     concurrency: int
     chunks: tuple[int | None, ...]
+    layout: str | None = None
+    shape: Shape | None = None
 
     @property
     def id(self) -> str:
-        return f"{self.backend}-c{self.concurrency}"
+        return f"{_prefix(self.layout, self.shape)}{self.backend}-c{self.concurrency}"
 
     def configs(self) -> list[ConfigKey]:
-        return [ConfigKey(self.backend, c, self.concurrency) for c in self.chunks]
+        return [ConfigKey(self.backend, c, self.concurrency, self.layout, self.shape) for c in self.chunks]
 
 
 def _chunks(settings: Settings) -> tuple[int | None, ...]:
     return tuple(settings.chunks) if settings.chunks else (None,)
 
 
+def dimensions(settings: Settings) -> list[tuple[str | None, Shape | None]]:
+    """The (layout, shape) cells of the run: ``[(None, None)]`` without ``--layout`` and with one shape."""
+    layouts: list[str | None] = [lay.name for lay in settings.layouts] or [None]
+    several = bool(settings.layouts) or len(settings.shapes) > 1
+    shapes: list[Shape | None] = list(settings.shapes) if several and settings.shapes else [None]
+    return [(lay, sh) for lay in layouts for sh in shapes]
+
+
 def build_points(settings: Settings) -> list[Point]:
-    """Every serving point of the matrix in canonical (chunk, concurrency, backend, repeat) order."""
+    """Every serving point of the matrix in canonical (layout, shape, chunk, concurrency, backend, repeat) order."""
     return [
-        Point(backend, chunk, conc, r, settings.repeats)
+        Point(backend, chunk, conc, r, settings.repeats, "serve", lay, sh)
+        for lay, sh in dimensions(settings)
         for chunk in _chunks(settings)
         for conc in settings.concurrencies
         for backend in settings.backends
         for r in range(1, settings.repeats + 1)
     ]
+
+
+def spec_for(settings: Settings, point: Point) -> ServerSpec:
+    """The server spec ``point`` needs: the run's spec with the point's layout (sizes, args, env) applied."""
+    spec = spec_from_settings(settings, backend=point.backend, chunk=point.chunk)
+    if point.layout is None:
+        return spec
+    lay = next((x for x in settings.layouts if x.name == point.layout), None)
+    if lay is None:
+        raise ValueError(f"point {point.id} names layout {point.layout!r}, which this run does not have")
+    return spec.with_(
+        tp=lay.tp,
+        dp=lay.dp,
+        ep=lay.ep,
+        pp=lay.pp,
+        extra_args=(*spec.extra_args, *lay.server_args),
+        env=(*spec.env, *lay.env),
+        labels=(*spec.labels, ("layout", lay.name)),
+    )
 
 
 def interleaves(settings: Settings) -> bool:
@@ -138,31 +195,55 @@ def execution_order(points: Sequence[Point], *, interleave: bool) -> list[Point]
     concurrency, then repeat), so every server starts exactly once.  ``interleave=True``: for each
     chunk and concurrency, repeat 1 of every backend, then repeat 2 of every backend, ... (A B A B).
     """
+    layouts = list(dict.fromkeys(p.layout for p in points))
+    shapes = list(dict.fromkeys(p.shape for p in points))
     chunks = list(dict.fromkeys(p.chunk for p in points))
     backends = list(dict.fromkeys(p.backend for p in points))
     concs = list(dict.fromkeys(p.concurrency for p in points))
     if interleave:
 
         def key(p: Point) -> tuple[int, ...]:
-            return (chunks.index(p.chunk), concs.index(p.concurrency), p.repeat, backends.index(p.backend))
+            return (
+                layouts.index(p.layout),
+                chunks.index(p.chunk),
+                shapes.index(p.shape),
+                concs.index(p.concurrency),
+                p.repeat,
+                backends.index(p.backend),
+            )
     else:
 
         def key(p: Point) -> tuple[int, ...]:
-            return (chunks.index(p.chunk), backends.index(p.backend), concs.index(p.concurrency), p.repeat)
+            # one server per (layout, chunk, backend), reused across shapes and concurrencies
+            return (
+                layouts.index(p.layout),
+                chunks.index(p.chunk),
+                backends.index(p.backend),
+                shapes.index(p.shape),
+                concs.index(p.concurrency),
+                p.repeat,
+            )
 
     return sorted(points, key=key)
 
 
 def configs(settings: Settings) -> list[ConfigKey]:
     """Every (backend, chunk, concurrency) of the matrix, in canonical order."""
-    return [ConfigKey(b, c, k) for c in _chunks(settings) for k in settings.concurrencies for b in settings.backends]
+    return [
+        ConfigKey(b, c, k, lay, sh)
+        for lay, sh in dimensions(settings)
+        for c in _chunks(settings)
+        for k in settings.concurrencies
+        for b in settings.backends
+    ]
 
 
 def comparisons(settings: Settings) -> list[Comparison]:
     """Every non-baseline backend vs the baseline (the first backend), per chunk and concurrency."""
     base = settings.baseline
     return [
-        Comparison(base, cand, chunk, conc)
+        Comparison(base, cand, chunk, conc, lay, sh)
+        for lay, sh in dimensions(settings)
         for chunk in _chunks(settings)
         for conc in settings.concurrencies
         for cand in settings.backends[1:]
@@ -171,9 +252,20 @@ def comparisons(settings: Settings) -> list[Comparison]:
 
 def curves(settings: Settings) -> list[CurveKey]:
     """One chunk curve per backend and concurrency."""
-    return [CurveKey(b, c, _chunks(settings)) for b in settings.backends for c in settings.concurrencies]
+    return [
+        CurveKey(b, c, _chunks(settings), lay, sh)
+        for lay, sh in dimensions(settings)
+        for b in settings.backends
+        for c in settings.concurrencies
+    ]
 
 
 def search_configs(settings: Settings) -> list[tuple[str, int | None]]:
-    """The (backend, chunk) configurations an adaptive concurrency search runs over."""
+    """The (backend, chunk) configurations an adaptive concurrency search runs over.
+
+    None when the run has layouts or several shapes: there the search runs per layout x shape inside
+    ``test_recommendation`` (:mod:`pytest_sskj.deploy.recommend`).
+    """
+    if dimensions(settings) != [(None, None)]:
+        return []
     return [(b, c) for c in _chunks(settings) for b in settings.backends]

@@ -69,6 +69,10 @@ class Acceptance:
 
     # -- infrastructure ------------------------------------------------------------------------------
     def pool(self) -> Any:
+        if self.settings.deployment is not None:  # groups + router, started together
+            from pytest_sskj.deploy.plugin import get_deployment_pool
+
+            return get_deployment_pool(self.config)
         from pytest_sskj.server.fixtures import get_pool
 
         return get_pool(self.config)
@@ -137,9 +141,7 @@ class Acceptance:
     def repeats(self, key: ConfigKey) -> list[PointOutcome]:
         """Every repeat of ``key`` (measured now if the serving tests have not run it yet)."""
         s = self.settings
-        return [
-            self.serve(Point(key.backend, key.chunk, key.concurrency, r, s.repeats)) for r in range(1, s.repeats + 1)
-        ]
+        return [self.serve(key.point(r, s.repeats)) for r in range(1, s.repeats + 1)]
 
     # -- verdicts ------------------------------------------------------------------------------------
     def record(self, verdict: dict[str, Any]) -> None:
@@ -252,7 +254,7 @@ class Acceptance:
             )
         lines, gates, all_ok = [], [], True
         for o in passed:
-            ok, results = judge(s.slo, o.row, osl=s.osl)
+            ok, results = judge(s.slo, o.row, osl=(key.shape or (s.isl, s.osl))[1])
             all_ok = all_ok and ok
             lines.append(f"{o.point.id}: " + ", ".join(r.sentence() for r in results))
             gates += [

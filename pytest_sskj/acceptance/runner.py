@@ -20,12 +20,13 @@ from typing import Any, Protocol
 
 import pytest
 
+from pytest_sskj.acceptance import matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
 from pytest_sskj.report import categories as cat
-from pytest_sskj.server.spec import ServerSpec, spec_from_settings
+from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
 
 __all__ = ["BrokenSpec", "PointOutcome", "PointRunner", "config_mismatches", "current_config_problems", "finding_tag"]
@@ -41,6 +42,7 @@ _FIXED_KEYS = (
     "repeat",
     "isl",
     "osl",
+    "layout",
     "requests",
     "point_id",
     "kind",
@@ -108,6 +110,9 @@ def current_config_problems(server: Any, spec: ServerSpec) -> list[str]:
     The engine decides how (``Engine.live_config_problems``): SGLang a fresh ``/server_info`` (a server that
     stops answering it is a problem); embedded: llama.cpp's ``/props`` slot count and ``n_batch``.
     """
+    own = getattr(server, "config_problems", None)  # a deployment checks each of its groups itself
+    if callable(own):
+        return list(own())
     if getattr(server, "external", False) or not getattr(server, "urls", None):
         return []
     return get_engine(spec.engine).live_config_problems(spec, str(server.urls[0]).rstrip("/"))
@@ -158,7 +163,11 @@ class PointRunner:
 
     # -- helpers ---------------------------------------------------------------------------------------
     def spec_for(self, point: Point) -> ServerSpec:
-        return spec_from_settings(self.settings, backend=point.backend, chunk=point.chunk)
+        return matrix.spec_for(self.settings, point)
+
+    def shape_of(self, point: Point) -> tuple[int, int]:
+        """The point's (ISL, OSL): its own shape, else the run's ``--isl``/``--osl``."""
+        return point.shape or (self.settings.isl, self.settings.osl)
 
     def requests_for(self, point: Point) -> int:
         if point.kind == "search":
@@ -169,9 +178,10 @@ class PointRunner:
         from pytest_sskj.bench.workload import Workload
 
         s = self.settings
+        isl, osl = self.shape_of(point)
         return Workload(
-            isl=s.isl,
-            osl=s.osl,
+            isl=isl,
+            osl=osl,
             requests=self.requests_for(point),
             concurrency=point.concurrency,
             warmup=s.warmup,
@@ -194,8 +204,10 @@ class PointRunner:
             "chunk": point.chunk,
             "concurrency": point.concurrency,
             "repeat": point.repeat,
-            "isl": s.isl,
-            "osl": s.osl,
+            "isl": self.shape_of(point)[0],
+            "osl": self.shape_of(point)[1],
+            "layout": point.layout,
+            "deployment": s.deployment.label() if s.deployment is not None else None,
             "requests": self.requests_for(point),
             "status": "not_run",
             "reasons": [],

@@ -13,6 +13,16 @@ from pytest_sskj.engines.registry import (
     UnknownEngine,
     get_engine,
     node_commands,
+    router_argv,
 )
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "ENGINE_NAMES", "Engine", "UnknownEngine", "get_engine", "node_commands"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "ENGINE_NAMES",
+    "Engine",
+    "UnknownEngine",
+    "get_engine",
+    "node_commands",
+    "router_argv",
+]

@@ -214,3 +214,21 @@ class Engine(ABC):
     def config_mismatches(self, spec: ServerSpec, info: Mapping[str, Any] | None) -> list[str]:
         """The short form ``key=got (spec'd want)`` of what ``info`` reports differently from ``spec``."""
         return []
+
+    # -- deployments (named groups; PD disaggregation) ------------------------------------------------
+    def disaggregation_args(
+        self,
+        role: str,
+        *,
+        transfer_backend: str | None = None,
+        bootstrap_port: int | None = None,
+        ib_device: str | None = None,
+        page_size: int | None = None,
+    ) -> tuple[str, ...]:
+        """Server flags of a deployment group with ``role`` (``serve``, ``prefill``, ``decode``); the default
+        engine has no prefill/decode disaggregation and adds nothing to a plain group."""
+        if role == "serve" and page_size is None:
+            return ()
+        raise ValueError(
+            f"engine {self.name} has no prefill/decode disaggregation or page size flag (group role {role!r})"
+        )

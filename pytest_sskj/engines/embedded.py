@@ -181,6 +181,10 @@ class EmbeddedEngine(Engine):
             return []
         variant = VARIANTS.get(spec.backend)
         expected: dict[str, Any] = {"total_slots": variant.slots if variant else None}
+        args = list(spec.extra_args)
+        if "--parallel" in args[:-1]:  # a layout's own slot count (the last --parallel wins)
+            i = len(args) - 1 - args[::-1].index("--parallel")
+            expected["total_slots"] = int(args[i + 1]) if args[i + 1].isdigit() else None
         if spec.chunk is not None:
             expected["n_batch"] = spec.chunk
         out = []

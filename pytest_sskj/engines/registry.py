@@ -12,10 +12,12 @@ from types import MappingProxyType
 from pytest_sskj.engines.base import Engine
 from pytest_sskj.engines.embedded import EmbeddedEngine
 from pytest_sskj.engines.sglang import SGLangEngine
+from pytest_sskj.engines.sglang import router_argv as router_argv
 from pytest_sskj.engines.vllm import VllmEngine
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "ENGINE_NAMES", "UnknownEngine", "get_engine", "node_commands"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "ENGINE_NAMES", "UnknownEngine", "get_engine", "node_commands", "router_argv"]
+"""``router_argv``: a deployment's router is SGLang's ``sglang_router`` whatever engine its groups run."""
 
 ENGINES: Mapping[str, Engine] = MappingProxyType({e.name: e for e in (EmbeddedEngine(), SGLangEngine(), VllmEngine())})
 """Every engine by name, in ``--engine`` choice order."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ __all__ = [
     "SGLangEngine",
     "expected_server_info",
     "fetch_server_info",
+    "router_argv",
     "verify_server_info",
 ]
 
@@ -88,6 +89,35 @@ _MANAGERS = (
 
 _LOGS = LogRules(
     signatures=(
+        # PD disaggregation: KV transfer failures (strings from sglang 0.5.23 srt/disaggregation/{mooncake,nixl,
+        # common}/conn.py); the request fails, the server keeps running, so "error" (the point fails on it)
+        sig("pd_kv_transfer_error", "crash", "error", r"KVTransferError\(bootstrap_room="),
+        sig(
+            "pd_kv_transfer_failed",
+            "crash",
+            "error",
+            r"KV transfer failed|Room marked Failed before the transfer ended",
+        ),
+        sig("pd_lost_prefill", "crash", "error", r"Lost connection with prefill instance \(bootstrap_addr: "),
+        sig(
+            "pd_prefill_down",
+            "crash",
+            "error",
+            r"Prefill server with bootstrap_addr: .* is healthy before, but now it is down",
+        ),
+        sig("pd_send_kv", "crash", "error", r"Failed to send kv chunk of |Failed to send aux data of "),
+        sig(
+            "pd_rdma",
+            "crash",
+            "error",
+            r"\[Staging\] Bulk RDMA transfer failed with ret=|NIXL staging transfer failed room=",
+        ),
+        sig(
+            "pd_bootstrap",
+            "config",
+            "error",
+            r"Could not fetch (prefill parallel|bootstrap) info|Prefill bootstrap failed",
+        ),
         sig("mem_fraction", "oom", "fatal", r"Not enough memory\. Please try to increase --mem-fraction-static\."),
         sig("prefill_oom", "oom", "fatal", r"Prefill out of memory\. Try to lower your batch size\."),
         sig("decode_oom", "oom", "fatal", r"Decode out of memory\. Try to lower your batch size\."),
@@ -400,6 +430,32 @@ class SGLangEngine(Engine):
             return [f"{url.rstrip('/')}/server_info did not answer after the point"]
         return verify_server_info(spec, info)
 
+    def disaggregation_args(
+        self,
+        role: str,
+        *,
+        transfer_backend: str | None = None,
+        bootstrap_port: int | None = None,
+        ib_device: str | None = None,
+        page_size: int | None = None,
+    ) -> tuple[str, ...]:
+        """PD flags (domain.md §10): mode, transfer backend, bootstrap port (prefill side), IB devices, and the
+        page size both sides must share; a plain group gets only the page size."""
+        if role == "serve":
+            return ("--page-size", str(page_size)) if page_size else ()
+        if role not in ("prefill", "decode"):
+            raise ValueError(f"a PD group's role is prefill or decode, not {role!r}")
+        out = ["--disaggregation-mode", role]
+        if transfer_backend:
+            out += ["--disaggregation-transfer-backend", transfer_backend]
+        if role == "prefill" and bootstrap_port:
+            out += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
+        if ib_device:
+            out += ["--disaggregation-ib-device", ib_device]
+        if page_size:
+            out += ["--page-size", str(page_size)]
+        return tuple(out)
+
     def config_mismatches(self, spec: ServerSpec, info: Mapping[str, Any] | None) -> list[str]:
         if not info:
             return []
@@ -413,3 +469,36 @@ class SGLangEngine(Engine):
             for key, want in expected.items()
             if key in info and str(info[key]) != str(want)
         ]
+
+
+def router_argv(
+    python: str,
+    *,
+    prefill: Sequence[tuple[str, int | None]] = (),
+    decode: Sequence[str] = (),
+    workers: Sequence[str] = (),
+    host: str = "0.0.0.0",  # noqa: S104 - the client may run elsewhere
+    port: int = 8000,
+    policy: str | None = None,
+    extra: Sequence[str] = (),
+) -> tuple[str, ...]:
+    """``python -m sglang_router.launch_router`` (the compiled ``sglang-router`` from PyPI): PD routing
+    (``--pd-disaggregation --prefill URL [BOOTSTRAP_PORT] --decode URL``, domain.md §10) when prefill/decode
+    URLs are given, else regular routing over ``--worker-urls`` (it fronts any OpenAI-compatible servers)."""
+    argv = [python, "-m", "sglang_router.launch_router"]
+    if prefill or decode:
+        if not prefill or not decode or workers:
+            raise ValueError("a PD router needs prefill and decode URLs (and no plain worker URLs)")
+        argv.append("--pd-disaggregation")
+        for url, boot in prefill:
+            argv += ["--prefill", url, *([str(boot)] if boot else [])]
+        for url in decode:
+            argv += ["--decode", url]
+    elif workers:
+        argv += ["--worker-urls", *workers]
+    else:
+        raise ValueError("a router needs worker URLs, or prefill and decode URLs")
+    if policy:
+        argv += ["--policy", policy]
+    argv += ["--host", host, "--port", str(port), *extra]
+    return tuple(argv)

@@ -17,7 +17,7 @@ P50).  Verdicts arrive as dicts through ``pytest_sskj_verdict``; every verdict h
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,20 +94,45 @@ def _sort_key(v: Any) -> tuple[int, float, str]:
     return (0, float(v), "") if isinstance(v, (int, float)) else (1, 0.0, str(v))
 
 
+def _variant_suffix(rows: Sequence[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str]:
+    """``" [tp4dp2 1024->128]"`` for rows of a run with layouts or several shapes ("" otherwise): points of
+    different layouts or shapes are never pooled, and a backend is compared only with the baseline of its own
+    layout and shape."""
+    shapes = {(r.get("isl"), r.get("osl")) for r in rows}
+
+    def suffix(r: Mapping[str, Any]) -> str:
+        parts = [str(r["layout"])] if r.get("layout") else []
+        if len(shapes) > 1:
+            parts.append(f"{r.get('isl')}->{r.get('osl')}")
+        return f" [{' '.join(parts)}]" if parts else ""
+
+    return suffix
+
+
 def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = None) -> list[PointSummary]:
     """One :class:`PointSummary` per (chunk, C, backend) of the serving rows (rows of ``kind`` ``search``
-    are left out); ``baseline`` defaults to the first backend seen."""
+    are left out); ``baseline`` defaults to the first backend seen.  With layouts or several shapes the backend
+    label carries them (``parallel [slots8 256->32]``)."""
+    serve = [r for r in rows if r.get("kind", "serve") == "serve"]  # search steps have their own table
+    suffix_of = _variant_suffix(serve)
     groups: dict[tuple[Any, Any, str], list[Mapping[str, Any]]] = {}
     backends: list[str] = []
-    for r in rows:
-        if r.get("kind", "serve") != "serve":  # concurrency-search steps have their own table
-            continue
-        b = str(r.get("backend"))
+    suffixes: list[str] = []
+    for r in serve:
+        b, sfx = str(r.get("backend")), suffix_of(r)
         if b not in backends:
             backends.append(b)
-        groups.setdefault((r.get("chunk"), r.get("concurrency"), b), []).append(r)
+        if sfx not in suffixes:
+            suffixes.append(sfx)
+        groups.setdefault((r.get("chunk"), r.get("concurrency"), b + sfx), []).append(r)
     base = baseline if baseline in backends else (backends[0] if backends else None)
-    order = {b: i for i, b in enumerate(sorted(backends, key=lambda b: (b != base, backends.index(b))))}
+    by_label = {b + x: (b, x) for b in backends for x in suffixes}
+    border = {b: i for i, b in enumerate(sorted(backends, key=lambda b: (b != base, backends.index(b))))}
+
+    def order(label: str) -> tuple[int, int]:
+        b, x = by_label[label]
+        return (suffixes.index(x), border[b])
+
     raw: dict[tuple[Any, Any, str], PointSummary] = {}
     for key, rs in groups.items():
         ok = [r for r in rs if r.get("status") == "passed"]
@@ -123,12 +148,13 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             tpot_p95_ms=_median(r.get("p95_tpot_ms") for r in ok),
         )
     out: list[PointSummary] = []
-    for key in sorted(raw, key=lambda k: (_sort_key(k[0]), _sort_key(k[1]), order[k[2]])):
+    for key in sorted(raw, key=lambda k: (order(k[2])[0], _sort_key(k[0]), _sort_key(k[1]), order(k[2])[1])):
         p = raw[key]
-        if key[2] == base:
+        b, sfx = by_label[key[2]]
+        if b == base:
             out.append(_replace(p, is_baseline=True))
             continue
-        ref: PointSummary | None = raw.get((key[0], key[1], base)) if base is not None else None
+        ref: PointSummary | None = raw.get((key[0], key[1], f"{base}{sfx}")) if base is not None else None
         out.append(
             _replace(
                 p,
@@ -266,6 +292,13 @@ def render_summary(
             ["Kind", "Subject", "Result", "Details"],
             ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
         )
+    for v in verdicts:  # verdicts that bring their own table (e.g. the layout recommendation's ranking)
+        sec = v.get("section")
+        if isinstance(sec, Mapping) and sec.get("header") and isinstance(sec.get("rows"), list):
+            lines += ["", f"## {sec.get('title') or v.get('kind')}", "", v.get("message", ""), ""]
+            lines += _table(list(sec["header"]), sec["rows"])
+            if sec.get("plot"):
+                lines += ["", f"![{sec.get('title') or v.get('kind')}]({sec['plot']})"]
     from pytest_sskj.acceptance.agreement import agreement_table
 
     agreement = agreement_table(verdicts)

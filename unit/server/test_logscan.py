@@ -266,6 +266,30 @@ HITS: list[tuple[str, str, str, str]] = [
         "fatal",
         "bash: line 1: 4242 Killed                  python3 -m sglang.launch_server --model-path /models/Kimi-K3",
     ),
+    # PD disaggregation (sglang 0.5.23 srt/disaggregation/*/conn.py wording)
+    ("pd_kv_transfer_error", "crash", "error", "[2026-12-01 10:00:01 DP0 TP0] KVTransferError(bootstrap_room=7): x"),
+    (
+        "pd_kv_transfer_failed",
+        "crash",
+        "error",
+        "[2026-12-01 10:00:01 TP0] Room marked Failed before the transfer ended",
+    ),
+    (
+        "pd_lost_prefill",
+        "crash",
+        "error",
+        "[2026-12-01 TP0] Lost connection with prefill instance (bootstrap_addr: 601:8998)",
+    ),
+    (
+        "pd_prefill_down",
+        "crash",
+        "error",
+        "Prefill server with bootstrap_addr: 601:8998 is healthy before, but now it is down. "
+        "Request (bootstrap_room: 3) has been marked as failed.",
+    ),
+    ("pd_send_kv", "crash", "error", "[2026-12-01 TP1] Failed to send kv chunk of 12 to 10.0.0.5:17000"),
+    ("pd_rdma", "crash", "error", "[Staging] Bulk RDMA transfer failed with ret=-1. src_ptr=0x7f00, dst_ptr=0x7f10"),
+    ("pd_bootstrap", "config", "error", "Could not fetch prefill parallel info from bootstrap_addr: 601:8998"),
 ]
 
 NEAR_MISSES = [

@@ -1,0 +1,268 @@
+"""Run a whole deployment: every group's server, then the router; health, checks, the log oracle, teardown.
+
+:class:`DeploymentPool` stands in for the session's :class:`~pytest_sskj.server.pool.ServerPool` when the
+run has a ``[deployment]``: ``get(spec)`` starts the topology once (the point's spec only names the
+point) and returns a :class:`RunningDeployment` that the point runner uses like a server.  Launch order:
+prefill groups, decode groups, plain groups — one :class:`ServerPool` per group, each waiting for its
+rank 0 to be healthy and checking ``/server_info`` where the engine has it — then the real router
+(``sglang_router``) in its own session with its log under ``logs/<node>/``, until its ``/health`` is 200.
+A PD deployment's groups must report the same ``page_size`` and the declared transfer backend.  Every
+rank of every group and the router are watched; a crash names its group and node.  ``close()`` stops
+the router first, then the groups in reverse launch order, and reports every PID left behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_sskj.deploy.deployment import group_spec, launch_order, router_command
+from pytest_sskj.deploy.topology import Group, Topology
+from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerLaunchError
+from pytest_sskj.server.launcher import Launcher, ProcessHandle
+from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
+from pytest_sskj.server.pool import CloseReport, RunningServer, ServerPool, free_port
+from pytest_sskj.server.process import describe_exit
+from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.settings import Settings
+
+__all__ = ["DeploymentPool", "RunningDeployment", "pd_problems"]
+
+
+def pd_problems(topo: Topology, infos: dict[str, dict[str, Any] | None]) -> list[str]:
+    """What the groups' ``/server_info`` says against the PD contract: one page size, the transfer backend."""
+    out = []
+    pages = {name: info.get("page_size") for name, info in infos.items() if info and "page_size" in info}
+    if len(set(map(str, pages.values()))) > 1:
+        out.append("page_size differs between groups: " + ", ".join(f"{k}={v}" for k, v in pages.items()))
+    if topo.page_size is not None:
+        out += [
+            f"group {k} runs page_size={v}, declared {topo.page_size}" for k, v in pages.items() if v != topo.page_size
+        ]
+    if topo.transfer_backend is not None:
+        for name, info in infos.items():
+            got = (info or {}).get("disaggregation_transfer_backend")
+            if info and got is not None and got != topo.transfer_backend:
+                out.append(f"group {name} uses transfer backend {got!r}, declared {topo.transfer_backend!r}")
+    return out
+
+
+@dataclass(repr=False)
+class RunningDeployment:
+    """A healthy deployment: its groups' servers and the router; the client's URL is the router's."""
+
+    spec: ServerSpec
+    topology: Topology
+    groups: dict[str, RunningServer]
+    router: ProcessHandle | None
+    urls: list[str]
+    router_oracle: LogOracle | None = None
+    commands: list[NodeCommand] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    startup_s: float | None = None
+    external: bool = False
+
+    @property
+    def log_paths(self) -> dict[str, Path]:
+        out = {f"{g}:{k}": p for g, s in self.groups.items() for k, p in s.log_paths.items()}
+        if self.router is not None:
+            out["router"] = self.router.log_path
+        return out
+
+    @property
+    def handles(self) -> list[ProcessHandle]:
+        return [h for s in self.groups.values() for h in s.handles] + ([self.router] if self.router else [])
+
+    def mark(self) -> dict[str, LogMark]:
+        marks = {g: s.mark() for g, s in self.groups.items()}
+        if self.router_oracle is not None:
+            marks["router"] = self.router_oracle.mark()
+        return marks
+
+    def findings_since(self, mark: dict[str, LogMark] | None = None) -> list[Finding]:
+        out: list[Finding] = []
+        for g, s in self.groups.items():
+            out += s.findings_since((mark or {}).get(g))
+        if self.router_oracle is not None:
+            out += self.router_oracle.findings_since((mark or {}).get("router"))
+        return out
+
+    def check_alive(self) -> None:
+        """Raise :class:`ServerCrashed` naming the group and node when any rank or the router has died."""
+        for name, server in self.groups.items():
+            try:
+                server.check_alive()
+            except ServerCrashed as exc:
+                g = next(x for x in self.topology.groups if x.name == name)
+                raise ServerCrashed(f"deployment group {name} ({g.role}, nodes {','.join(g.nodes)}): {exc}") from None
+        if self.router is not None and (code := self.router.poll()) is not None:
+            raise ServerCrashed(describe_exit(f"router on {self.router.node}", code, self.router.log_path))
+
+    def alive(self) -> bool:
+        return all(h.poll() is None for h in self.handles)
+
+    def server_info(self) -> dict[str, Any] | None:
+        return None
+
+    def config_problems(self) -> list[str]:
+        """Every group's effective configuration against its spec, and the PD contract between groups."""
+        from pytest_sskj.engines import get_engine
+
+        infos = {name: s.server_info() for name, s in self.groups.items()}
+        out = [
+            f"group {n}: {p}"
+            for n, s in self.groups.items()
+            if s.urls
+            for p in get_engine(s.spec.engine).live_config_problems(s.spec, s.urls[0])
+        ]
+        return out + (pd_problems(self.topology, infos) if self.topology.kind == "pd" else [])
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "topology": self.topology.as_dict(),
+            "urls": list(self.urls),
+            "groups": {g: s.describe() for g, s in self.groups.items()},
+            "router": None if self.router is None else {"node": self.router.node, "log": str(self.router.log_path)},
+            "notes": list(self.notes),
+        }
+
+
+class DeploymentPool:
+    """The session's servers when the run declares a deployment: the whole topology, started once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        make_pool: Callable[[Group], ServerPool],
+        router_launcher: Launcher,
+        log_dir: Path,
+        router_timeout_s: float = 120.0,
+    ) -> None:
+        assert settings.deployment is not None
+        self.settings = settings
+        self.topology = settings.deployment
+        self.make_pool = make_pool
+        self.router_launcher = router_launcher
+        self.log_dir = log_dir
+        self.router_timeout_s = router_timeout_s
+        self.pools: dict[str, ServerPool] = {}
+        self.running: dict[ServerSpec, RunningDeployment] = {}
+        self.current: RunningDeployment | None = None
+        self.router: ProcessHandle | None = None
+        self.closed = False
+
+    def get(self, spec: ServerSpec) -> RunningDeployment:
+        if self.closed:
+            raise ServerLaunchError("the deployment pool is closed (session teardown); nothing is launched")
+        cur = self.current
+        if cur is not None and cur.alive():
+            self.running.setdefault(spec, cur)
+            return cur
+        if cur is not None:
+            self.stop(spec)
+        self.current = self._start(spec)
+        self.running[spec] = self.current
+        return self.current
+
+    def _start(self, spec: ServerSpec) -> RunningDeployment:
+        t0 = time.perf_counter()
+        groups: dict[str, RunningServer] = {}
+        try:
+            for g in launch_order(self.topology):
+                pool = self.pools.get(g.name) or self.make_pool(g)
+                self.pools[g.name] = pool
+                try:
+                    groups[g.name] = pool.get(group_spec(self.settings, self.topology, g))
+                except (ServerLaunchError, HealthTimeout, ServerConfigMismatch, ServerCrashed) as exc:
+                    raise type(exc)(f"deployment group {g.name} ({g.role}, nodes {','.join(g.nodes)}): {exc}") from None
+            dep = RunningDeployment(spec, self.topology, groups, None, [], notes=[])
+            dep.commands = [c for s in groups.values() for c in s.commands]
+            if self.topology.kind == "pd":
+                bad = dep.config_problems()
+                if bad:
+                    raise ServerConfigMismatch("PD groups disagree:\n" + "\n".join(f"  - {p}" for p in bad))
+            if self.topology.router is not None:
+                self._start_router(dep, groups)
+            else:
+                dep.urls = [u for s in groups.values() for u in s.urls]
+            dep.startup_s = time.perf_counter() - t0
+            return dep
+        except BaseException:
+            self._stop_all()
+            raise
+
+    def _start_router(self, dep: RunningDeployment, groups: dict[str, RunningServer]) -> None:
+        r = self.topology.router
+        assert r is not None
+        port = r.port or free_port()
+        topo = self.topology
+        if port != r.port:
+            from dataclasses import replace
+
+            topo = replace(topo, router=replace(r, port=port))
+        cmd = router_command(self.settings, topo, {n: s.urls for n, s in groups.items()})
+        log = self.log_dir / cmd.node / f"router-{int(time.time())}.log"
+        self.router = self.router_launcher.start(cmd, log)
+        oracle = LogOracle(self.settings.engine)  # the shared generic signatures plus the groups engine's
+        oracle.add(self.router.log_path, cmd.node, 0, offset=int(getattr(self.router, "log_offset", 0)))
+        dep.router, dep.router_oracle = self.router, oracle
+        dep.commands.append(cmd)
+        host = "127.0.0.1" if cmd.node in ("local", "localhost") else cmd.node
+        url = f"http://{host}:{port}"
+        _wait_router(url, self.router, self.router_timeout_s)
+        dep.urls = [url]
+
+    def stop(self, spec: ServerSpec) -> None:
+        self._stop_all()
+
+    def _stop_all(self) -> None:
+        if self.router is not None:
+            self.router.terminate(15.0)
+            self.router = None
+        for g in reversed(launch_order(self.topology)):
+            pool = self.pools.get(g.name)
+            if pool is not None:
+                for s in list(pool.running):
+                    pool.stop(s)
+        self.current = None
+        self.running.clear()
+
+    def close(self) -> CloseReport:
+        self.closed = True
+        t0 = time.perf_counter()
+        router = self.router
+        self._stop_all()
+        reports = [p.close() for p in self.pools.values()]
+        self.router_launcher.close()
+        leftover: dict[str, list[int]] = {}
+        for rep in reports:
+            leftover.update(rep.leftover)
+        if router is not None and router.pids():
+            leftover["router"] = router.pids()
+        return CloseReport(sum(r.launched for r in reports) + (1 if router else 0), leftover, time.perf_counter() - t0)
+
+
+def _wait_router(url: str, handle: ProcessHandle, timeout_s: float) -> None:
+    from pytest_sskj.server.health import probe
+
+    deadline = time.perf_counter() + timeout_s
+    last = ""
+    while time.perf_counter() < deadline:
+        code = handle.poll()
+        if code is not None:
+            raise ServerLaunchError(describe_exit("router", code, handle.log_path) + "\n  it exited before /health")
+        status, detail = probe(url, "/health", timeout_s=5.0)
+        if status == 200:
+            return
+        last = f"{status}: {detail}"
+        time.sleep(0.25)
+    handle.terminate(10.0)
+    raise HealthTimeout(f"router at {url} not healthy within {timeout_s:.0f} s (last /health: {last})")
+
+
+def names(groups: Sequence[Group]) -> list[str]:
+    return [g.name for g in groups]
