@@ -33,7 +33,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from pytest_sskj import hookspecs
+    from pytest_sskj.rewrite import unmark_plugin_package
 
+    unmark_plugin_package(pluginmanager)
     pluginmanager.add_hookspecs(hookspecs)
 
 
