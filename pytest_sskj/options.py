@@ -177,8 +177,9 @@ OPTIONS: tuple[Option, ...] = (
         "slo",
         ("--sskj-slo",),
         "slo",
-        "SLO gates, strict by default: 'ttft_p95_ms<3000,tpot_p95_ms<50'; 'none' disables",
-        default="ttft_p95_ms<3000,tpot_p95_ms<50",
+        "SLO gates, strict by default: 'p95_ttft_ms<3000,p95_tpot_ms<50' (results.csv names; the older "
+        "'ttft_p95_ms' spelling maps onto them); 'none' disables",
+        default="p95_ttft_ms<3000,p95_tpot_ms<50",
     ),
     Option(
         "margin_pct",

@@ -177,7 +177,7 @@ def _accepted(opt: Option) -> str:
         "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
         "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
         "choice": ", ".join(opt.choices),
-        "slo": "gates like ttft_p95_ms<3000,tpot_p95_ms<50, or none",
+        "slo": "gates METRIC OP NUMBER like p95_ttft_ms<3000,p95_tpot_ms<50 (OP < <= > >=), or none",
         "append": "KEY=VALUE" if opt.dest == "env" else "any string",
     }.get(opt.kind, "a string")
 
@@ -268,7 +268,7 @@ def _hint(opt: Option) -> str | None:
         "chunks": "chunk sizes are tokens per prefill step: --chunk 4K,8K,16K",
         "concurrencies": "concurrencies are client-side in-flight requests: --concurrency 8,16",
         "engine": "--engine sglang for SGLang, --engine embedded for the CPU engine",
-        "slo": "--sskj-slo 'ttft_p95_ms<3000,tpot_p95_ms<50'",
+        "slo": "--sskj-slo 'p95_ttft_ms<3000,p95_tpot_ms<50' (metric names as in results.csv; docs/verdicts.md)",
         "profile": "profiles are TOML files; see pytest_sskj/profile.py for the keys",
     }.get(opt.dest, f"see `pytest --help`, option {opt.display}")
 
