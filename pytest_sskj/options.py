@@ -24,6 +24,7 @@ Kind = Literal[
     "size_list",
     "int_list",
     "name_list",
+    "backend_list",
     "nodes",
     "path",
     "choice",
@@ -134,8 +135,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "backends",
         ("--backend",),
-        "name_list",
-        "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4)",
+        "backend_list",
+        "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4); "
+        "a backend named twice (marlin,marlin) is an A/A control: two independently launched identical servers",
         metavar="LIST",
     ),
     Option(
@@ -192,10 +194,18 @@ OPTIONS: tuple[Option, ...] = (
         "compare_expect",
         ("--sskj-compare-expect",),
         "choice",
-        "What test_backend_comparison enforces: better (every candidate beats the baseline by --sskj-margin, "
-        "default) or report (verdicts are recorded, not enforced; the embedded engine's default)",
+        "What test_backend_comparison enforces: better (every candidate beats the baseline by --sskj-margin and "
+        "the run's A/A noise floor, default) or report (verdicts are recorded, not enforced)",
         default="better",
         choices=("better", "report"),
+    ),
+    Option(
+        "allow_client_bound",
+        ("--sskj-allow-client-bound",),
+        "bool",
+        "Let a client-bound point pass (it fails with category client-bound by default; comparisons with a "
+        "client-bound side stay inconclusive)",
+        default=False,
     ),
     Option(
         "expect_best_chunk",

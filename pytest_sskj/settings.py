@@ -62,6 +62,7 @@ class Settings:
     slo: tuple[SloGate, ...]
     margin_pct: float
     compare_expect: str
+    allow_client_bound: bool
     expect_best_chunk: int | None
     search: str
     search_max: int
@@ -150,6 +151,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "size_list": parsing.parse_size_list,
     "int_list": parsing.parse_int_list,
     "name_list": parsing.parse_name_list,
+    "backend_list": lambda v: parsing.parse_name_list(v, twice_ok=True),
     "path": lambda v: Path(str(v)).expanduser(),
     "slo": parse_slo,
 }
@@ -175,6 +177,7 @@ def _accepted(opt: Option) -> str:
         "size_list": "a comma list of sizes: 4096,8K,16k",
         "int_list": "a comma list of whole numbers >= 1: 8,16",
         "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
+        "backend_list": "a comma list of names, baseline first: marlin,flashinfer_mxfp4 (a name twice: A/A control)",
         "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
         "choice": ", ".join(opt.choices),
         "slo": "gates METRIC OP NUMBER like p95_ttft_ms<3000,p95_tpot_ms<50 (OP < <= > >=), or none",

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from pytest_sskj.acceptance.matrix import Point
+from pytest_sskj.acceptance.matrix import Point, arm_backend, arm_instance
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
 from pytest_sskj.report import categories as cat
@@ -192,7 +192,9 @@ class PointRunner:
 
     # -- helpers ---------------------------------------------------------------------------------------
     def spec_for(self, point: Point) -> ServerSpec:
-        return spec_from_settings(self.settings, backend=point.backend, chunk=point.chunk)
+        """The server of ``point``; the arm ``marlin@2`` of an A/A control is a second, separate server."""
+        spec = spec_from_settings(self.settings, backend=arm_backend(point.backend), chunk=point.chunk)
+        return spec.with_(instance=arm_instance(point.backend)) if arm_instance(point.backend) else spec
 
     def requests_for(self, point: Point) -> int:
         if point.kind == "search":
@@ -275,6 +277,7 @@ class PointRunner:
             outcome.row["reasons"] = [reason]
             outcome.message = reason
             return self._finish(outcome)
+        self.store.reset(point.id)  # a re-measured point replaces an aborted attempt's records
         t0 = time.perf_counter()
         try:
             self._measure(point, spec, pool, bench, outcome)
@@ -378,6 +381,18 @@ class PointRunner:
         if row["reasons"]:
             self._fail(outcome, "oracle", row["reasons"].pop())
             return
+        if row.get("client_bound"):
+            evidence = str(row.get("client_bound_reasons") or "flagged by the bench's saturation monitor")
+            if not self.settings.allow_client_bound:
+                self._fail(
+                    outcome,
+                    "client-bound",
+                    f"{cat.CLIENT_BOUND} {point.id} is not a valid measurement: the client, not the server, "
+                    f"limited it ({evidence}); run the client on a less loaded machine or lower --concurrency "
+                    f"(--sskj-allow-client-bound lets it pass; its comparisons stay inconclusive)",
+                )
+                return
+            row["notes"] = [f"client-bound, allowed by --sskj-allow-client-bound: {evidence}"]
         row["status"] = "passed"
 
     def _bench_watched(
