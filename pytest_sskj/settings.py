@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_sskj import parsing
-from pytest_sskj.engines import engine_info
+from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
 from pytest_sskj.report.redact import REDACTED
@@ -299,8 +299,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
                 "create the file, or fix the key names it reports",
             ) from None
 
-    engine = r.get(by_dest["engine"], {}) or "embedded"
-    info = engine_info(engine)
+    engine = r.get(by_dest["engine"], {}) or DEFAULT_ENGINE
+    info = get_engine(engine)
     values: dict[str, Any] = {"engine": engine}
     for opt in OPTIONS:
         if opt.dest in values:
@@ -331,7 +331,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
 
 
 def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
-    info = engine_info(s.engine)
+    info = get_engine(s.engine)
     unknown = [b for b in s.backends if b not in info.backends]
     if unknown:
         raise _usage(
@@ -340,31 +340,14 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
             f"backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}",
             f"engine {s.engine} accepts: {', '.join(info.backends)}; or pick another --engine",
         )
-    nnodes = max(1, len(s.nodes))
-    world = s.tp * s.pp
-    if s.engine == "sglang":
-        if world % nnodes:
-            fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
-            raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
-                f"({', '.join(s.nodes) or 'local'})\n  Hint: use a node count that divides {world}, e.g. --nodes "
-                f"with {fits} node(s)"
-            )
-        if world // nnodes > s.gpus_per_node:
-            raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs "
-                f"per node, "
-                f"but nodes have {s.gpus_per_node}\n  Hint: add nodes, lower --tp, or set --sskj-gpus-per-node"
-            )
-        if s.tp % s.ep:
-            raise pytest.UsageError(
-                f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)\n  Hint: e.g. --tp 32 --ep 4"
-            )
-    if s.engine == "embedded" and (s.tp, s.ep, s.pp) != (1, 1, 1):
-        raise pytest.UsageError(
-            "the embedded CPU engine has no tensor/expert/pipeline parallelism; "
-            "--tp/--ep/--pp must be 1\n  Hint: use --engine sglang or vllm for parallel sizes"
+    if s.endpoint not in info.endpoints:
+        raise _usage(
+            opts["endpoint"],
+            _where(s.sources.get("endpoint", "cli"), opts["endpoint"], None),
+            f"endpoint {s.endpoint!r} is not served by engine {s.engine!r}",
+            f"engine {s.engine} serves: {', '.join(info.endpoints)}; or pick another --engine",
         )
+    info.check_settings(s)
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
     if s.target_url is not None:

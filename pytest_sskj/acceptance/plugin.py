@@ -31,6 +31,7 @@ from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
 from pytest_sskj.acceptance.search import SearchResult, judge, search
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
+from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import SETTINGS_KEY
 
@@ -43,8 +44,6 @@ PARAMS = ("sskj_point", "sskj_slo_config", "sskj_comparison", "sskj_curve", "ssk
 """The parameters this plugin generates, in the order their tests run."""
 
 _VERDICT_DIR = "verdicts"
-_POINT_BUDGET_S = {"embedded": 60.0}
-_DEFAULT_POINT_BUDGET_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ class Acceptance:
         """``<model> <platform>`` (``Kimi-K3 pro6000``); the embedded engine is ``embedded-tiny cpu``."""
         s = self.settings
         model = s.model_name or (Path(s.model_path).name if s.model_path else f"{s.engine}-tiny")
-        platform = s.platform or ("cpu" if s.engine == "embedded" else "unknown-platform")
+        platform = s.platform or get_engine(s.engine).platform or "unknown-platform"
         return f"{model} {platform}"
 
     def label(self, site: SiteDefaults, *, story: str | None = None, **params: Any) -> None:
@@ -432,7 +431,7 @@ def _param_rank(item: pytest.Item) -> int:
 
 
 def _budget_s(settings: Settings, item: pytest.Item) -> float:
-    per_point = _POINT_BUDGET_S.get(settings.engine, _DEFAULT_POINT_BUDGET_S)
+    per_point = get_engine(settings.engine).point_budget_s
     rank = _param_rank(item)
     points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):
