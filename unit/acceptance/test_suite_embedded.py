@@ -40,6 +40,12 @@ def _run(pytester: pytest.Pytester, run_id: str | None, *args: str, plugin: str 
         "512",
         "--sskj-search",
         "none",
+        # the fault tests name the variants and C they were written for (the embedded default A/B is now
+        # microbatch vs parallel at C=16; test_default_* below runs it)
+        "--backend",
+        "parallel,serial",
+        "--concurrency",
+        "8",
         *extra,
         *args,
         timeout=300,
