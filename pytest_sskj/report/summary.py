@@ -157,7 +157,10 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
 
 def _verdict_word(v: Mapping[str, Any]) -> str:
     p = v.get("passed")
-    return "PASS" if p is True else "FAIL" if p is False else "n/a"
+    word = "PASS" if p is True else "FAIL" if p is False else "n/a"
+    if v.get("kind") == "comparison" and v.get("outcome"):  # better / worse / equivalent / inconclusive / ...
+        word += f" ({'A/A, ' if v.get('control') else ''}{v['outcome']})"
+    return word
 
 
 def _subject(v: Mapping[str, Any]) -> str:
@@ -254,7 +257,7 @@ def render_summary(
                     format_chunk(r.get("chunk")),
                     r.get("concurrency"),
                     r.get("repeat"),
-                    r.get("status"),
+                    f"{r.get('status')} ({r['category']})" if r.get("category") else r.get("status"),
                     "; ".join(map(str, r.get("reasons") or [])) or "-",
                 ]
                 for r in failed
