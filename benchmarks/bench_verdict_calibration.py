@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sskj.acceptance.compare import DECIDED, RepeatSample, Verdict, compare
+from pytest_sskj.acceptance.runner import raise_client_priority
 from pytest_sskj.bench import Workload, run_bench
 from pytest_sskj.engines.embedded import VARIANTS
-from pytest_sskj.server.embedded import embedded_server, ensure_tiny_model
+from pytest_sskj.server.embedded import ensure_tiny_model
+from pytest_sskj.server.standalone import embedded_server
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,6 +92,7 @@ def _one(a: argparse.Namespace, base: str, cand: str, index: int, model: Path, w
 
 def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
+    print(f"bench client priority: {raise_client_priority()} (as in the suite's bench thread)", flush=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sskj-calib-") as tmp:
         work = Path(tmp)

@@ -28,7 +28,15 @@ from pytest_sskj.report import categories as cat
 from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
 
-__all__ = ["BrokenSpec", "PointOutcome", "PointRunner", "config_mismatches", "current_config_problems", "finding_tag"]
+__all__ = [
+    "BrokenSpec",
+    "PointOutcome",
+    "PointRunner",
+    "config_mismatches",
+    "current_config_problems",
+    "finding_tag",
+    "raise_client_priority",
+]
 
 _SAMPLE_KEYS = ("ttft", "e2e_latency", "tpot")
 _FIXED_KEYS = (
@@ -384,7 +392,7 @@ class PointRunner:
         workload = self.workload(point)  # imported here, not in the thread
 
         def work() -> None:
-            box["client_priority"] = _raise_client_priority()
+            box["client_priority"] = raise_client_priority()
             try:
                 box["result"] = bench(
                     server.urls, workload, out_dir, repeat=point.repeat, label=point.id, progress=progress
@@ -439,7 +447,7 @@ CLIENT_NICE = -10
 not wait behind the shared box's other work (client-bound points); it uses a few % of one core."""
 
 
-def _raise_client_priority() -> str:
+def raise_client_priority() -> str:
     """Give the calling (bench) thread niceness :data:`CLIENT_NICE`; says what happened, never raises."""
     import os
 
