@@ -282,7 +282,14 @@ def render_summary(
                     _num(v.get("best_concurrency", v.get("best"))),
                     _num(v.get("floor")),
                     ", ".join(
-                        f"C={s.get('concurrency')} {'ok' if s.get('passed', s.get('slo_ok')) else 'MISS'}"
+                        f"C={s.get('concurrency')} "
+                        + (
+                            "client-bound"
+                            if s.get("client_bound")
+                            else "ok"
+                            if s.get("passed", s.get("slo_ok"))
+                            else "MISS"
+                        )
                         for s in v.get("steps") or []
                         if isinstance(s, Mapping)
                     ),
