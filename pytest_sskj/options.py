@@ -26,6 +26,7 @@ Kind = Literal[
     "size_list",
     "int_list",
     "name_list",
+    "backend_list",
     "nodes",
     "path",
     "choice",
@@ -138,8 +139,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "backends",
         ("--backend",),
-        "name_list",
-        "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4)",
+        "backend_list",
+        "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4); "
+        "a backend named twice (marlin,marlin) is an A/A control: two independently launched identical servers",
         metavar="LIST",
     ),
     Option(
@@ -202,8 +204,9 @@ OPTIONS: tuple[Option, ...] = (
         "slo",
         ("--sskj-slo",),
         "slo",
-        "SLO gates, strict by default: 'ttft_p95_ms<3000,tpot_p95_ms<50'; 'none' disables",
-        default="ttft_p95_ms<3000,tpot_p95_ms<50",
+        "SLO gates, strict by default: 'p95_ttft_ms<3000,p95_tpot_ms<50' (results.csv names; the older "
+        "'ttft_p95_ms' spelling maps onto them); 'none' disables",
+        default="p95_ttft_ms<3000,p95_tpot_ms<50",
     ),
     Option(
         "margin_pct",
@@ -216,8 +219,8 @@ OPTIONS: tuple[Option, ...] = (
         "compare_expect",
         ("--sskj-compare-expect",),
         "choice",
-        "What test_backend_comparison enforces: better (every candidate beats the baseline by --sskj-margin, "
-        "default) or report (verdicts are recorded, not enforced; the embedded engine's default)",
+        "What test_backend_comparison enforces: better (every candidate beats the baseline by --sskj-margin and "
+        "the run's A/A noise floor, default) or report (verdicts are recorded, not enforced)",
         default="better",
         choices=("better", "report"),
     ),
@@ -238,6 +241,14 @@ OPTIONS: tuple[Option, ...] = (
         "Greedy probe prompts per side of every A/B whose exact output token ids are compared "
         "(default 32; 0 turns output agreement off)",
         default=32,
+    ),
+    Option(
+        "allow_client_bound",
+        ("--sskj-allow-client-bound",),
+        "bool",
+        "Let a client-bound point pass (it fails with category client-bound by default; comparisons with a "
+        "client-bound side stay inconclusive)",
+        default=False,
     ),
     Option(
         "expect_best_chunk",

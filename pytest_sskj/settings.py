@@ -67,6 +67,7 @@ class Settings:
     compare_expect: str
     agreement_min: tuple[AgreementGate, ...]
     agreement_prompts: int
+    allow_client_bound: bool
     expect_best_chunk: int | None
     search: str
     search_max: int
@@ -172,6 +173,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "size_list": parsing.parse_size_list,
     "int_list": parsing.parse_int_list,
     "name_list": parsing.parse_name_list,
+    "backend_list": lambda v: parsing.parse_name_list(v, twice_ok=True),
     "path": lambda v: Path(str(v)).expanduser(),
     "slo": parse_slo,
     "agreement": parse_gates,
@@ -200,9 +202,10 @@ def _accepted(opt: Option) -> str:
         "size_seq": "a size or a comma list of sizes: 16K, 1K,16K",
         "int_list": "a comma list of whole numbers >= 1: 8,16",
         "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
+        "backend_list": "a comma list of names, baseline first: marlin,flashinfer_mxfp4 (a name twice: A/A control)",
         "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
         "choice": ", ".join(opt.choices),
-        "slo": "gates like ttft_p95_ms<3000,tpot_p95_ms<50, or none",
+        "slo": "gates METRIC OP NUMBER like p95_ttft_ms<3000,p95_tpot_ms<50 (OP < <= > >=), or none",
         "agreement": "gates like first_token_agreement_frac>=0.95,identical_seq_frac>=1, a bare fraction, or none",
         "append": "KEY=VALUE" if opt.dest == "env" else "any string",
     }.get(opt.kind, "a string")
@@ -294,7 +297,7 @@ def _hint(opt: Option) -> str | None:
         "chunks": "chunk sizes are tokens per prefill step: --chunk 4K,8K,16K",
         "concurrencies": "concurrencies are client-side in-flight requests: --concurrency 8,16",
         "engine": "--engine sglang for SGLang, --engine embedded for the CPU engine",
-        "slo": "--sskj-slo 'ttft_p95_ms<3000,tpot_p95_ms<50'",
+        "slo": "--sskj-slo 'p95_ttft_ms<3000,p95_tpot_ms<50' (metric names as in results.csv; docs/verdicts.md)",
         "agreement_min": "--sskj-agreement-min identical_seq_frac>=1 (bit-identical), 0.95, or none",
         "profile": "profiles are TOML files or names such as pro6000/kimi3-sglang-pd; "
         "`python -m pytest_sskj profiles` lists them",

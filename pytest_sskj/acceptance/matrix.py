@@ -8,6 +8,11 @@ order they run: grouped by server spec so each server starts once, or interleave
 backends when restarting a server is cheap (the embedded CPU engine), so slow drift of the machine
 cannot masquerade as a backend difference.  It also enumerates the verdicts built on the points
 (backend comparisons, chunk curves, SLO configs, search configs).  Pure data: no I/O.
+
+A backend named twice (``--backend marlin,marlin``) is an A/A control: the second occurrence is the
+*arm* ``marlin@2``, a second, independently launched identical server (:func:`arms`); its comparison
+with the first is a control (:attr:`Comparison.is_control`) whose measured difference is the run's
+noise floor.
 """
 
 from __future__ import annotations
@@ -21,11 +26,15 @@ from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
 
 __all__ = [
+    "ARM_SEP",
     "CHEAP_RESTART_ENGINES",
     "Comparison",
     "ConfigKey",
     "CurveKey",
     "Point",
+    "arm_backend",
+    "arm_instance",
+    "arms",
     "build_points",
     "comparisons",
     "configs",
@@ -47,6 +56,29 @@ def _prefix(layout: str | None, shape: Shape | None) -> str:
 
 CHEAP_RESTART_ENGINES = frozenset(n for n, e in ENGINES.items() if e.restart_cost == "cheap")
 """Engines whose servers restart in well under a second: their repeats are interleaved A B A B."""
+
+ARM_SEP = "@"
+
+
+def arms(backends: Sequence[str]) -> tuple[str, ...]:
+    """The matrix's arms: ``marlin,marlin`` -> ``marlin``, ``marlin@2`` (an A/A control's second server)."""
+    seen: dict[str, int] = {}
+    out = []
+    for b in backends:
+        seen[b] = seen.get(b, 0) + 1
+        out.append(b if seen[b] == 1 else f"{b}{ARM_SEP}{seen[b]}")
+    return tuple(out)
+
+
+def arm_backend(arm: str) -> str:
+    """The engine backend of an arm: ``marlin@2`` -> ``marlin``."""
+    return arm.split(ARM_SEP, 1)[0]
+
+
+def arm_instance(arm: str) -> int:
+    """0 for the first server of a backend, ``n - 1`` for the arm ``backend@n``."""
+    _, sep, n = arm.partition(ARM_SEP)
+    return int(n) - 1 if sep and n.isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -121,6 +153,11 @@ class Comparison:
     def candidate_config(self) -> ConfigKey:
         return ConfigKey(self.candidate, self.chunk, self.concurrency, self.layout, self.shape)
 
+    @property
+    def is_control(self) -> bool:
+        """An A/A control: the same backend on two independently launched servers."""
+        return arm_backend(self.candidate) == arm_backend(self.baseline)
+
 
 @dataclass(frozen=True)
 class CurveKey:
@@ -159,14 +196,16 @@ def build_points(settings: Settings) -> list[Point]:
         for lay, sh in dimensions(settings)
         for chunk in _chunks(settings)
         for conc in settings.concurrencies
-        for backend in settings.backends
+        for backend in arms(settings.backends)
         for r in range(1, settings.repeats + 1)
     ]
 
 
 def spec_for(settings: Settings, point: Point) -> ServerSpec:
     """The server spec ``point`` needs: the run's spec with the point's layout (sizes, args, env) applied."""
-    spec = spec_from_settings(settings, backend=point.backend, chunk=point.chunk)
+    spec = spec_from_settings(settings, backend=arm_backend(point.backend), chunk=point.chunk)
+    if arm_instance(point.backend):  # the arm ``marlin@2`` of an A/A control is a second, separate server
+        spec = spec.with_(instance=arm_instance(point.backend))
     if point.layout is None:
         return spec
     lay = next((x for x in settings.layouts if x.name == point.layout), None)
@@ -234,20 +273,34 @@ def configs(settings: Settings) -> list[ConfigKey]:
         for lay, sh in dimensions(settings)
         for c in _chunks(settings)
         for k in settings.concurrencies
-        for b in settings.backends
+        for b in arms(settings.backends)
     ]
 
 
 def comparisons(settings: Settings) -> list[Comparison]:
-    """Every non-baseline backend vs the baseline (the first backend), per chunk and concurrency."""
+    """Every non-baseline arm vs the baseline (the first backend), per chunk and concurrency.
+
+    A/A controls come first at each chunk and concurrency, so their noise floor is known before the
+    candidates are judged.
+    """
     base = settings.baseline
-    return [
+    out = [
         Comparison(base, cand, chunk, conc, lay, sh)
         for lay, sh in dimensions(settings)
         for chunk in _chunks(settings)
         for conc in settings.concurrencies
-        for cand in settings.backends[1:]
+        for cand in arms(settings.backends)[1:]
     ]
+    cells = dimensions(settings)
+    return sorted(
+        out,
+        key=lambda c: (
+            cells.index((c.layout, c.shape)),
+            _chunks(settings).index(c.chunk),
+            c.concurrency,
+            not c.is_control,
+        ),
+    )
 
 
 def curves(settings: Settings) -> list[CurveKey]:
@@ -255,7 +308,7 @@ def curves(settings: Settings) -> list[CurveKey]:
     return [
         CurveKey(b, c, _chunks(settings), lay, sh)
         for lay, sh in dimensions(settings)
-        for b in settings.backends
+        for b in arms(settings.backends)
         for c in settings.concurrencies
     ]
 
@@ -268,4 +321,4 @@ def search_configs(settings: Settings) -> list[tuple[str, int | None]]:
     """
     if dimensions(settings) != [(None, None)]:
         return []
-    return [(b, c) for c in _chunks(settings) for b in settings.backends]
+    return [(b, c) for c in _chunks(settings) for b in arms(settings.backends)]

@@ -9,14 +9,15 @@ The users' two modes (``run_adaptive_concurrency*.sh``):
 
 The answer is the highest measured concurrency that met the SLO (``None`` if none did).  Every step is
 handed to ``on_step`` as soon as it is measured (the caller writes it to disk), and steps measured by
-an interrupted run can be passed back in ``known`` so a resumed search does not repeat them.  SLO
-metric names (``ttft_p95_ms``) are mapped from the bench's names (``p95_ttft_ms``) by :func:`slo_view`;
-TPOT is undefined, hence not judged, when OSL = 1.
+an interrupted run can be passed back in ``known`` so a resumed search does not repeat them.  A
+client-bound step (``client_bound`` in its metrics) is an invalid measurement: it is recorded and
+shown, but it is never the answer, never an SLO miss and never the reference of the saturation test.  SLO
+gates name the bench's canonical metrics (``p95_ttft_ms``, :mod:`pytest_sskj.vocabulary`); TPOT is
+undefined, hence not judged, when OSL = 1 (:func:`slo_view`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,25 +27,17 @@ from pytest_sskj.slo import GateResult, SloGate, evaluate_gates
 __all__ = ["MODES", "SearchResult", "Step", "judge", "search", "slo_view"]
 
 MODES = ("double", "add16")
-_BENCH_NAME = re.compile(r"^(mean|median|std|p\d+)_(ttft|tpot|itl|e2e_latency)_ms$")
 
 
 def slo_view(metrics: Mapping[str, Any], *, osl: int) -> dict[str, float | None]:
-    """Bench metrics under SLO names too: ``p95_ttft_ms`` -> ``ttft_p95_ms``, ``median_*`` -> ``*_p50_ms``.
+    """The numeric metrics of a row under their canonical names (:mod:`pytest_sskj.vocabulary`).
 
     With ``osl == 1`` every TPOT/ITL value is ``None``: a single output token has no inter-token time, and
-    a 0 standing for "no samples" must never pass a ``tpot_p95_ms<50`` gate.
+    a 0 standing for "no samples" must never pass a ``p95_tpot_ms<50`` gate.
     """
     out: dict[str, float | None] = {}
     for key, value in metrics.items():
-        num = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        out[key] = num
-        m = _BENCH_NAME.match(key)
-        if m:
-            stat, name = m.group(1), m.group(2)
-            out[f"{name}_{stat}_ms"] = num
-            if stat == "median":
-                out[f"{name}_p50_ms"] = num
+        out[key] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if osl <= 1:
         for key in list(out):
             if "tpot" in key or "itl" in key:
@@ -69,11 +62,14 @@ class Step:
     """Gate sentences, and why the step failed when it did (failed requests, crash)."""
     throughput: float | None
     resumed: bool = False
+    client_bound: bool = False
+    """An invalid measurement (the client limited it): never the answer, never a saturation reference."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
             "slo_ok": self.slo_ok,
+            "client_bound": self.client_bound,
             "reasons": list(self.reasons),
             "throughput": self.throughput,
             "resumed": self.resumed,
@@ -100,7 +96,10 @@ class SearchResult:
         return self.floor is None or self.best >= self.floor
 
     def message(self) -> str:
-        trail = ", ".join(f"C={s.concurrency} {'ok' if s.slo_ok else 'MISS'}" for s in self.steps)
+        trail = ", ".join(
+            f"C={s.concurrency} {'client-bound' if s.client_bound else 'ok' if s.slo_ok else 'MISS'}"
+            for s in self.steps
+        )
         best = f"C={self.best}" if self.best is not None else "none"
         floor = f" (floor C={self.floor}: {'met' if self.passed else 'NOT met'})" if self.floor is not None else ""
         return f"{self.mode}: highest concurrency meeting the SLO = {best}{floor}; {self.stop_reason}; steps: {trail}"
@@ -153,7 +152,11 @@ def search(
         if metrics.get("ok") is False:
             ok = False
             reasons.insert(0, str(metrics.get("error") or "requests failed the strict oracle"))
-        s = Step(c, metrics, ok, tuple(reasons), _throughput(metrics), resumed)
+        bound = bool(metrics.get("client_bound"))
+        if bound:
+            ok = False
+            reasons.insert(0, "client-bound: an invalid measurement, not an answer")
+        s = Step(c, metrics, ok, tuple(reasons), _throughput(metrics), resumed, bound)
         steps.append(s)
         if on_step is not None and not resumed:
             on_step(s)
@@ -165,6 +168,9 @@ def search(
         stop = f"reached the maximum C={max_c} (--sskj-search-max)"
         while c <= max_c:
             s = step(c)
+            if s.client_bound:  # invalid: neither an answer nor a miss; measure the next concurrency
+                c *= 2
+                continue
             if not s.slo_ok:
                 stop = f"SLO missed at C={c} ({'; '.join(s.reasons)})"
                 break
@@ -187,6 +193,9 @@ def search(
         s = step(c)
         if s.slo_ok:
             best = c
+            c += 16
+            continue
+        if s.client_bound:
             c += 16
             continue
         if best is None:

@@ -251,7 +251,12 @@ def read_verdicts(run_dir: Path) -> ReadBack:
     for name, reader in (("verdicts.jsonl", _read_journal), ("verdicts.json", _read_json_list)):
         rows = reader(run_dir / name, out.problems)
         if rows is not None:
-            out.rows, out.source = rows, name
+            # a resumed run judges a verdict again: the latest record of each (kind, id) wins
+            latest: dict[tuple[str, str], dict[str, Any]] = {}
+            for i, v in enumerate(rows):
+                key = (str(v.get("kind")), str(v.get("id"))) if v.get("id") is not None else ("", str(i))
+                latest[key] = v
+            out.rows, out.source = list(latest.values()), name
             return out
     return out
 

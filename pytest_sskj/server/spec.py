@@ -49,6 +49,9 @@ class ServerSpec:
     python: str | None = None
     disable_radix_cache: bool = True
     host: str = "0.0.0.0"  # noqa: S104 - servers must be reachable from the client node
+    instance: int = 0
+    """0: the server of this configuration; n >= 1: the n-th extra, independently launched identical server
+    (an A/A control, ``--backend marlin,marlin``).  Part of the key, so the pool never shares the two."""
     labels: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -68,6 +71,8 @@ class ServerSpec:
         """Stable 12-hex digest of the spec (env values included, so a changed secret changes the key)."""
         d = asdict(self)
         d.pop("labels", None)
+        if not self.instance:
+            d.pop("instance")  # keys of ordinary servers unchanged by the A/A field
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     def with_(self, **changes: object) -> ServerSpec:

@@ -43,17 +43,17 @@ def test_curve_ignores_failed_repeats() -> None:
     assert c.best is not None and c.best.chunk == 1024 and c.points[0].input_tps is None
 
 
-def test_slo_view_maps_bench_names_and_never_judges_tpot_at_osl_1() -> None:
+def test_slo_view_keeps_canonical_names_and_never_judges_tpot_at_osl_1() -> None:
     m = {"p95_ttft_ms": 2999.0, "p95_tpot_ms": 0.0, "median_ttft_ms": 10.0}
     v = slo_view(m, osl=1)
-    assert v["ttft_p95_ms"] == 2999.0 and v["ttft_p50_ms"] == 10.0 and v["tpot_p95_ms"] is None
+    assert v["p95_ttft_ms"] == 2999.0 and v["median_ttft_ms"] == 10.0 and v["p95_tpot_ms"] is None
     ok, results = judge(SLO, m, osl=1)
     assert ok and [r.sentence() for r in results] == [
-        "ttft_p95_ms=2999.00 < 3000",
-        "tpot_p95_ms not judged (undefined for this run)",
+        "p95_ttft_ms=2999.00 < 3000",
+        "p95_tpot_ms not judged (undefined for this run)",
     ]
     ok, results = judge(SLO, {"p95_ttft_ms": 3000.0, "p95_tpot_ms": 10.0}, osl=16)
-    assert not ok and results[0].sentence() == "ttft_p95_ms=3000.00 >= 3000", "the SLO is strict: 3000 fails"
+    assert not ok and results[0].sentence() == "p95_ttft_ms=3000.00 >= 3000", "the SLO is strict: 3000 fails"
 
 
 def _server(capacity: float, saturate_at: int = 10**6) -> Any:
@@ -119,3 +119,19 @@ def test_resume_reuses_known_steps_and_reports_only_new_ones() -> None:
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown search mode 'binary'"):
         search("binary", _server(1), SLO, osl=1, max_c=8)
+
+
+def test_search_never_takes_a_client_bound_step_as_its_answer() -> None:
+    inner = _server(capacity=50)
+
+    def measure(c: int) -> dict[str, Any]:
+        m = inner(c)
+        if c in (1, 8):  # invalid measurements: the client limited them
+            m.update(client_bound=True, ok=False, error="[client-bound] evidence")
+        return m
+
+    r = search("double", measure, SLO, osl=16, max_c=8)
+    assert r.best == 4, f"expected the best valid step C=4 (C=8 was client-bound), saw {r.best}: {r.message()}"
+    assert [s.concurrency for s in r.steps if s.client_bound] == [1, 8]
+    assert "C=1 client-bound" in r.message() and "C=8 client-bound" in r.message()
+    assert not any(s.slo_ok for s in r.steps if s.client_bound)

@@ -30,8 +30,11 @@ def test_records_are_on_disk_as_each_request_finishes(tmp_path: Path) -> None:
     with MockServer(MockConfig(ttft_ms=3, itl_ms=1)) as srv:
         r = run_bench(srv.url, W, tmp_path, label="pt", progress=progress)
     assert r.ok, r.failures
-    assert seen[-1] == (12, 14), f"expected 2 warmup + 12 measured lines when done, saw {seen[-1]}"
-    assert all(lines == 2 + done for done, lines in seen), f"a line was not flushed before progress: {seen}"
+    # records are written by the sink's writer thread (a blocking disk write must not stall the client's loop):
+    # on disk while the run goes on, never ahead of the requests, every one of them when the run returns
+    assert all(lines <= 2 + done for done, lines in seen), f"more lines than finished requests: {seen}"
+    assert any(lines > 2 for _, lines in seen[:-1]), f"no measured line reached the disk during the run: {seen}"
+    assert len(path.read_text().splitlines()) == 14, "expected 2 warmup + 12 measured lines after the run"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     assert sum(x["warmup"] for x in rows) == 2 and all(x["label"] == "pt" and x["ok"] for x in rows)
     back = load_records(path)
@@ -122,7 +125,7 @@ def test_a_blocked_event_loop_marks_the_run_client_bound(tmp_path: Path) -> None
         try:
             with MockServer(MockConfig(ttft_ms=5, itl_ms=5)) as srv:
                 return await arun_bench(
-                    srv.url, replace(W, warmup=0, osl=8), tmp_path, thresholds=SaturationThresholds(loop_lag_p99_ms=5.0)
+                    srv.url, replace(W, warmup=0, osl=8), tmp_path, thresholds=SaturationThresholds(loop_lag_ms=5.0)
                 )
         finally:
             stop = True
@@ -131,7 +134,7 @@ def test_a_blocked_event_loop_marks_the_run_client_bound(tmp_path: Path) -> None
     r = asyncio.run(main())
     assert r.client_bound, f"a 20 ms loop stall must be detected: {r.client_evidence}"  # type: ignore[attr-defined]
     ev = r.client_evidence  # type: ignore[attr-defined]
-    assert ev["loop_lag_p99_ms"] > 5.0 and any("event-loop lag" in x for x in ev["reasons"])
+    assert ev["loop_lag_p90_ms"] > 5.0 and any("event-loop lag" in x for x in ev["reasons"])
     assert r.metrics["client_bound"] is True  # type: ignore[attr-defined]
 
 
