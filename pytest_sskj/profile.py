@@ -10,7 +10,7 @@ layouts, server args, SLO tier and shapes::
     nodes = "601-604"
     tp = 32
     ep = 4
-    slo_tier = "S2"               # or slo = "ttft_p95_ms<3000,tpot_p95_ms<50" / "none"
+    slo_tier = "S2"               # or slo = "p95_ttft_ms<3000,p95_tpot_ms<50" / "none"
 
     [[layouts]]                   # optional: the parallel layouts of a TP x DP matrix
     name = "tp4dp2"
@@ -63,7 +63,7 @@ PROFILE_KEYS: tuple[str, ...] = tuple(
 
 SLO_TIERS: Mapping[str, str] = {
     # the users' S2 tier for DSV4-Flash / GLM5.2 serving: TTFT P95 < 3 s, TPOT P95 < 50 ms, strictly (seed 004)
-    "S2": "ttft_p95_ms<3000,tpot_p95_ms<50",
+    "S2": "p95_ttft_ms<3000,p95_tpot_ms<50",
     "none": "none",
 }
 """Named SLO tiers a profile can ask for with ``slo_tier``; only tiers with a source are listed."""

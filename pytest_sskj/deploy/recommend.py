@@ -55,7 +55,7 @@ class Candidate:
     client_bound: bool
     reasons: tuple[str, ...] = ()
     metrics: Mapping[str, float | None] = field(default_factory=dict)
-    """Medians over the passed repeats of the SLO metrics (ttft_p95_ms, tpot_p95_ms, ...)."""
+    """Medians over the passed repeats of the SLO metrics (p95_ttft_ms, p95_tpot_ms, ...)."""
 
     @property
     def throughput(self) -> float | None:
@@ -193,8 +193,8 @@ class Recommendation:
                             top.concurrency,
                             f"{top.throughput:.2f}",
                             f"{top.passed}/{top.repeats}",
-                            _fmt(top.metrics.get("ttft_p95_ms")),
-                            _fmt(top.metrics.get("tpot_p95_ms")),
+                            _fmt(top.metrics.get("p95_ttft_ms")),
+                            _fmt(top.metrics.get("p95_tpot_ms")),
                             f"cannot win: {b.why_none}",
                         ]
                     )
@@ -206,8 +206,8 @@ class Recommendation:
                     c.concurrency,
                     f"{c.throughput:.2f}" if c.throughput is not None else "n/a",
                     f"{c.passed}/{c.repeats}",
-                    _fmt(c.metrics.get("ttft_p95_ms")),
-                    _fmt(c.metrics.get("tpot_p95_ms")),
+                    _fmt(c.metrics.get("p95_ttft_ms")),
+                    _fmt(c.metrics.get("p95_tpot_ms")),
                     "winner" if i == 1 else "ok",
                 ]
             )
@@ -291,7 +291,7 @@ def candidate_from_rows(
             tps.append(float(v))
     reasons = tuple(str(x) for r in rows if r.get("status") != "passed" for x in (r.get("reasons") or [])[:1])
     medians: dict[str, float | None] = {}
-    for name in ("ttft_p95_ms", "tpot_p95_ms"):
+    for name in ("p95_ttft_ms", "p95_tpot_ms"):
         vals = [float(v) for m in slo_metrics if isinstance(v := m.get(name), (int, float))]
         medians[name] = statistics.median(vals) if vals else None
     return Candidate(

@@ -59,6 +59,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[pytest.RunResult, Pat
         "2",
         "--chunk",
         "512",
+        "--concurrency",
+        "8",
+        # this run is about output agreement: the speed verdicts are recorded, and a client-bound point on a
+        # loaded box must not fail a serving test here (both have their own tests)
+        "--sskj-compare-expect",
+        "report",
+        "--sskj-allow-client-bound",
         "--sskj-search",
         "none",
         "--sskj-agreement-min",

@@ -42,7 +42,7 @@ def test_layers_combine_by_reference_with_the_origin_of_every_value(pytester: py
     assert (s.platform, s.gpus_per_node, s.model_name, s.model_path) == ("chipx", 4, "Model-M", "/models/m")
     assert s.server_args == ("--trust-remote-code", "--x=1"), "model's flag first, the deployment's added"
     assert s.env_dict == {"A": "platform", "B": "deployment"}, "env merges key by key, the deployment wins"
-    assert [str(g) for g in s.slo] == ["ttft_p95_ms<3000", "tpot_p95_ms<50"], "slo_tier S2 is the users' S2 SLO"
+    assert [str(g) for g in s.slo] == ["p95_ttft_ms<3000", "p95_tpot_ms<50"], "slo_tier S2 is the users' S2 SLO"
     prof = load_profile(pytester.path / "profiles" / "lab" / "dep.toml")
     assert prof.origin("gpus_per_node").name == "chip.toml" and prof.origin("model_path").name == "m.toml"
     assert prof.facts["platform"]["arch"] == "SM120" and prof.facts["model"]["quantization"] == "MXFP4"
