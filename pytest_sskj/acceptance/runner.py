@@ -23,6 +23,7 @@ import pytest
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
+from pytest_sskj.records import IDENTITY_FIELDS, new_row
 from pytest_sskj.report import categories as cat
 from pytest_sskj.server.spec import EMBEDDED_SLOTS, ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
@@ -30,21 +31,6 @@ from pytest_sskj.settings import Settings
 __all__ = ["BrokenSpec", "PointOutcome", "PointRunner", "config_mismatches", "current_config_problems", "finding_tag"]
 
 _SAMPLE_KEYS = ("ttft", "e2e_latency", "tpot")
-_FIXED_KEYS = (
-    "run_id",
-    "test_id",
-    "engine",
-    "backend",
-    "chunk",
-    "concurrency",
-    "repeat",
-    "isl",
-    "osl",
-    "requests",
-    "point_id",
-    "kind",
-    "spec_key",
-)
 _WATCH_INTERVAL_S = 0.25
 
 
@@ -219,29 +205,24 @@ class PointRunner:
 
     def base_row(self, point: Point, test_id: str, spec: ServerSpec) -> dict[str, Any]:
         s = self.settings
-        return {
-            "run_id": s.run_id,
-            "test_id": test_id,
-            "engine": s.engine,
-            "backend": point.backend,
-            "chunk": point.chunk,
-            "concurrency": point.concurrency,
-            "repeat": point.repeat,
-            "isl": s.isl,
-            "osl": s.osl,
-            "requests": self.requests_for(point),
-            "status": "not_run",
-            "reasons": [],
-            "findings": [],
-            "client_bound": None,
-            "point_id": point.id,
-            "kind": point.kind,
-            "spec_key": spec.key(),
-            "category": None,
-            "wall_s": None,
-        }
+        return new_row(
+            run_id=s.run_id,
+            test_id=test_id,
+            engine=s.engine,
+            backend=point.backend,
+            chunk=point.chunk,
+            concurrency=point.concurrency,
+            repeat=point.repeat,
+            isl=s.isl,
+            osl=s.osl,
+            requests=self.requests_for(point),
+            point_id=point.id,
+            kind=point.kind,
+            spec_key=spec.key(),
+        )
 
     def _finish(self, outcome: PointOutcome) -> PointOutcome:
+        self.store.complete(outcome.row, self.settings.slo)
         self.store.write(outcome.point.id, outcome.row, outcome.samples)
         self.outcomes[outcome.point.id] = outcome
         self.config.hook.pytest_sskj_point_finished(config=self.config, result=dict(outcome.row))
@@ -334,7 +315,7 @@ class PointRunner:
         fatal = [f for f in findings if getattr(f, "severity", "") == "fatal"]
         if result is not None:
             metrics = dict(getattr(result, "metrics", {}) or {})
-            fixed = {k: row[k] for k in _FIXED_KEYS}
+            fixed = {k: row[k] for k in IDENTITY_FIELDS}
             row.update(metrics)
             row["measured_concurrency"] = metrics.get("concurrency")  # the bench's is the measured mean
             row.update(fixed)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.rundir import atomic_write_text
+
 __all__ = [
     "HtmlCheckError",
     "HtmlCheckResult",
@@ -158,10 +160,7 @@ def render_html(
         if code != 0 or not index.is_file():
             raise RuntimeError(f"`allure generate` exited {code} without {index}; its output:\n{_tail(log)}")
         html, _ = strip_analytics(index.read_text(encoding="utf-8"))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp_out = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp_out.write_text(html, encoding="utf-8")
-        os.replace(tmp_out, out)
+        atomic_write_text(out, html)
         ids = report / "test-results.json"
         if ids.is_file():
             shutil.copyfile(ids, out.with_name(out.stem + ".test-results.json"))

@@ -9,13 +9,13 @@ used: each plot is a fresh :class:`matplotlib.figure.Figure` rendered by the Agg
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_sskj.report.summary import format_chunk, summarize_points
+from pytest_sskj.rundir import atomic_target
 
 __all__ = [
     "find_request_files",
@@ -45,10 +45,8 @@ def _save(fig: Any, out: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, out)
+    with atomic_target(out) as tmp:
+        fig.savefig(tmp, format="png")
     return out
 
 

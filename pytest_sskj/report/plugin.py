@@ -52,8 +52,8 @@ def regenerate(
 ) -> dict[str, Any]:
     """Rewrite ``summary.md`` (and, with ``plots``, every PNG) from the files of ``run_dir``; also used by
     ``python -m pytest_sskj report summary`` on a crashed run.  Returns what was written."""
-    from pytest_sskj.report.manifest import atomic_write_text
     from pytest_sskj.report.summary import render_summary
+    from pytest_sskj.rundir import atomic_write_text
 
     results = read_results(run_dir)
     verdicts = read_verdicts(run_dir)

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_sskj.report.manifest import atomic_write_text
+from pytest_sskj.records import LIST_FIELDS, METRIC_FIELDS, ROW_FIELDS, point_key
 from pytest_sskj.report.scrub import scrub
+from pytest_sskj.rundir import atomic_write_text
 
 __all__ = [
     "METRIC_FIELDS",
@@ -34,48 +35,9 @@ __all__ = [
     "read_verdicts",
 ]
 
-ROW_FIELDS = (
-    "run_id",
-    "test_id",
-    "engine",
-    "backend",
-    "chunk",
-    "concurrency",
-    "repeat",
-    "isl",
-    "osl",
-    "requests",
-    "status",
-    "reasons",
-    "findings",
-    "client_bound",
-)
-METRIC_FIELDS = (
-    "completed",
-    "failed",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "input_throughput",
-    "output_throughput",
-    "total_throughput",
-    *(
-        f"{stat}_{m}_ms"
-        for m in ("ttft", "tpot", "itl", "e2e_latency")
-        for stat in ("mean", "median", "std", "p90", "p95", "p99")
-    ),
-    "metrics_version",
-)
-RESULT_FIELDS = (*ROW_FIELDS, *(f for f in METRIC_FIELDS if f not in ROW_FIELDS))
-"""Column order of ``results.csv``: the contract's row fields, then sglang's metric names, then extras."""
-
-_LIST_FIELDS = ("reasons", "findings")
-
-
-def point_key(row: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
-    """Identity of a row: (test id, backend, chunk, concurrency, repeat); a later row replaces an earlier."""
-    return tuple(str(row.get(k)) for k in ("test_id", "backend", "chunk", "concurrency", "repeat"))  # type: ignore[return-value]
+RESULT_FIELDS = ROW_FIELDS
+"""Column order of ``results.csv``: :data:`pytest_sskj.records.ROW_FIELDS`, then any extra keys, sorted."""
+_LIST_FIELDS = LIST_FIELDS
 
 
 def _lock(path: Path) -> Any:

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from pytest_sskj.rundir import atomic_target
+
 __all__ = [
     "DEFAULT_BATCH",
     "MODEL_VERSION",
@@ -200,12 +202,8 @@ def ensure_tiny_model(cache_dir: Path, *, eos_bias: float = -1.0) -> Path:
     with FileLock(str(path) + ".lock"):
         if path.is_file() and path.stat().st_size > 0:
             return path
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
+        with atomic_target(path) as tmp:
             build_tiny_model(tmp, eos_bias=eos_bias)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
     return path
 
 
