@@ -3,7 +3,8 @@
 ``release mark --run RUN_ID [--run RUN_ID2] --tag NAME`` / ``release list`` / ``release show TAG`` (see
 :mod:`pytest_sskj.report.release`); ``report html --alluredir DIR --out FILE [--check]`` (see
 :mod:`pytest_sskj.report.html`); ``report summary --run RUN_ID`` regenerates ``summary.md`` and the plots
-of a (possibly crashed) run.  Exit status: 0 done, 1 refused or check failed, 2 bad input or missing tool.
+of a (possibly crashed) run; ``db import RUN_DIR...``, ``history``, ``compare A B`` and ``export --run RUN_ID``
+(see :mod:`pytest_sskj.history.cli`).  Exit status: 0 done, 1 refused or check failed, 2 bad input or missing tool.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     summ = psub.add_parser("summary", help="regenerate summary.md and plots of a run from its files")
     summ.add_argument("--run", required=True)
     summ.add_argument("--reports-dir", type=Path, default=None)
+    from pytest_sskj.history import cli as history_cli
+
+    history_cli.add_parsers(sub)
     return p
 
 
@@ -178,7 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "release":
         return _release(args)
-    return _report(args)
+    if args.command == "report":
+        return _report(args)
+    from pytest_sskj.history import cli as history_cli
+
+    return history_cli.run(args)
 
 
 if __name__ == "__main__":

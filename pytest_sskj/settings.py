@@ -23,7 +23,7 @@ from pytest_sskj import parsing
 from pytest_sskj.engines import engine_info
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
-from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.report.redact import REDACTED, redact_url
 from pytest_sskj.slo import SloGate, parse_slo
 
 __all__ = ["Settings", "new_run_id", "resolve_settings"]
@@ -82,6 +82,9 @@ class Settings:
     gpu_wait_s: float
     reports_dir: Path
     run_id: str
+    db: str | None
+    baseline_ref: str | None
+    regression_margin_pct: float
     dry_run: bool
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Where each setting came from: ``cli``, ``env``, ``ini``, ``profile``, ``engine`` or ``default``."""
@@ -122,6 +125,7 @@ class Settings:
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
         d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate
         d["sources"] = dict(self.sources)
+        d["db"] = redact_url(self.db) if self.db else None
         return d
 
 
