@@ -74,7 +74,7 @@ class HistoryRecorder:
         cmd = f"python -m pytest_sskj db import {self.settings.run_dir_display}"
         src = self.settings.sources.get("db")
         if src == "cli":
-            cmd += f" --db '{self.display}'"
+            cmd += " with SSKJ_DB=<the --sskj-db URL>" if self._url_password() else f" --db '{self.display}'"
         elif src in ("env", "ini"):
             cmd += " (with the same SSKJ_DB / sskj_db)"
         return cmd
