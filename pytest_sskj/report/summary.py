@@ -22,7 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PointSummary", "format_chunk", "format_delta", "format_ms", "render_summary", "summarize_points"]
+__all__ = [
+    "MEDIANS_FIELDS",
+    "MEDIANS_HEADER",
+    "PointSummary",
+    "format_chunk",
+    "format_delta",
+    "format_ms",
+    "medians_cells",
+    "medians_records",
+    "render_summary",
+    "summarize_points",
+    "write_medians",
+]
 
 MINUS = "\u2212"
 
@@ -43,6 +55,8 @@ class PointSummary:
     tps_vs_baseline_pct: float | None = None
     ttft_vs_baseline_pct: float | None = None
     is_baseline: bool = False
+    slo_met: bool | None = None
+    """Every passed repeat met every judged SLO gate (``False``: one missed; ``None``: nothing judged)."""
 
     @property
     def vs_baseline(self) -> str:
@@ -121,6 +135,7 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             ttft_p50_ms=_median(r.get("median_ttft_ms") for r in ok),
             ttft_p95_ms=_median(r.get("p95_ttft_ms") for r in ok),
             tpot_p95_ms=_median(r.get("p95_tpot_ms") for r in ok),
+            slo_met=_all_met(ok),
         )
     out: list[PointSummary] = []
     for key in sorted(raw, key=lambda k: (_sort_key(k[0]), _sort_key(k[1]), order[k[2]])):
@@ -137,6 +152,69 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             )
         )
     return out
+
+
+def _all_met(rows: Sequence[Mapping[str, Any]]) -> bool | None:
+    judged = [v for r in rows if isinstance(r.get("slo_met"), Mapping) for v in r["slo_met"].values() if v is not None]
+    return all(judged) if judged else None
+
+
+MEDIANS_HEADER = ("Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline")
+"""The users' table: ``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | vs baseline``."""
+MEDIANS_FIELDS = (
+    "chunk",
+    "concurrency",
+    "backend",
+    "input_throughput",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "tpot_p95_ms",
+    "tps_vs_baseline_pct",
+    "ttft_vs_baseline_pct",
+    "is_baseline",
+    "repeats",
+    "passed",
+    "slo_met",
+)
+"""Columns of ``medians.csv`` / ``medians.json`` (the same points as the table, unformatted)."""
+
+
+def medians_cells(p: PointSummary) -> tuple[str, ...]:
+    """One point's cells of :data:`MEDIANS_HEADER` (the terminal and ``summary.md`` show these)."""
+    tps = "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}"
+    return (
+        format_chunk(p.chunk),
+        str(p.concurrency),
+        p.backend,
+        tps,
+        format_ms(p.ttft_p50_ms),
+        format_ms(p.ttft_p95_ms),
+        p.vs_baseline,
+    )
+
+
+def medians_records(points: Sequence[PointSummary]) -> list[dict[str, Any]]:
+    """:data:`MEDIANS_FIELDS` of every point (numbers, ``None`` when undefined)."""
+    return [{k: getattr(p, k) for k in MEDIANS_FIELDS} for p in points]
+
+
+def write_medians(run_dir: Path, rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list[Path]:
+    """``medians.csv`` and ``medians.json`` of ``run_dir`` from ``rows``; returns their paths."""
+    import csv
+    import io
+
+    from pytest_sskj.rundir import RunLayout, atomic_write_json, atomic_write_text
+
+    layout = RunLayout(run_dir)
+    recs = medians_records(summarize_points(rows, baseline))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=MEDIANS_FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in recs)
+    return [
+        atomic_write_text(layout.medians_csv, buf.getvalue()),
+        atomic_write_json(layout.medians_json, {"baseline": baseline, "points": recs}, indent=2),
+    ]
 
 
 def _replace(p: PointSummary, **kw: Any) -> PointSummary:
@@ -226,20 +304,7 @@ def render_summary(
     lines += ["", "## Serving points (median of passed repeats)", ""]
     if points:
         lines += _table(
-            ["Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline", "Repeats passed"],
-            (
-                [
-                    format_chunk(p.chunk),
-                    p.concurrency,
-                    p.backend,
-                    "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}",
-                    format_ms(p.ttft_p50_ms),
-                    format_ms(p.ttft_p95_ms),
-                    p.vs_baseline,
-                    f"{p.passed}/{p.repeats}",
-                ]
-                for p in points
-            ),
+            [*MEDIANS_HEADER, "Repeats passed"], ([*medians_cells(p), f"{p.passed}/{p.repeats}"] for p in points)
         )
     else:
         lines.append("No serving point finished.")
