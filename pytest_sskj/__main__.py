@@ -78,6 +78,19 @@ def _parser() -> argparse.ArgumentParser:
     html.add_argument(
         "--screenshot", type=Path, default=None, help="with --check: PNG screenshot path (default: next to --out)"
     )
+    html.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        help="Allure 3 history file shared across runs: the report shows every test's earlier runs and the "
+        "metrics trend, and this run is appended (default: <reports dir>/allure-history.jsonl)",
+    )
+    html.add_argument("--no-history", action="store_true", help="render without cross-run history")
+    html.add_argument(
+        "--check-history",
+        action="store_true",
+        help="with --check: also assert a test's History tab lists an earlier run",
+    )
     summ = psub.add_parser("summary", help="regenerate summary.md and plots of a run from its files")
     summ.add_argument("--run", required=True)
     summ.add_argument("--reports-dir", type=Path, default=None)
@@ -154,7 +167,8 @@ def _report(args: argparse.Namespace) -> int:
             )
             return 2
     try:
-        out = html.render_html(args.alluredir, args.out, name=args.name, allure=allure)
+        hist = None if args.no_history else (args.history or _reports_default() / "allure-history.jsonl")
+        out = html.render_html(args.alluredir, args.out, name=args.name, allure=allure, history=hist)
     except (html.HtmlToolMissing, FileNotFoundError, RuntimeError) as exc:
         _err(str(exc))
         return 2
@@ -163,7 +177,7 @@ def _report(args: argparse.Namespace) -> int:
         return 0
     shot = args.screenshot or out.with_suffix(".png")
     try:
-        res = html.check_html(out, args.alluredir, screenshot=shot)
+        res = html.check_html(out, args.alluredir, screenshot=shot, history=args.check_history)
     except html.HtmlToolMissing as exc:
         _err(str(exc))
         return 2
@@ -175,6 +189,8 @@ def _report(args: argparse.Namespace) -> int:
         f"{res.metric_attachment!r} ({res.metric_text_seen!r} visible) and plot {res.plot_attachment!r} "
         f"({res.plot_size_px[0]}x{res.plot_size_px[1]} px); screenshot {res.screenshot} ({res.screenshot_bytes} bytes)"
     )
+    if res.history_test:
+        _out(f"history: {res.history_test!r} lists {res.history_items} earlier run(s)")
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,31 @@ class HistoryRecorder:
             )
         else:
             terminalreporter.write_line(f"sskj: results database {self.display} ({self.written} record(s) written)")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """The run's headline medians into ``--alluredir`` (Allure 3 trends them across runs)."""
+        alluredir = getattr(self.config.option, "allure_report_dir", None)
+        if self.is_worker or not alluredir or self.settings.dry_run:
+            return
+        from pytest_sskj.history.importer import read_manifest
+        from pytest_sskj.report.allure import write_performance
+        from pytest_sskj.report.results import read_results
+
+        rows = read_results(self.settings.run_dir).rows
+        m = read_manifest(self.settings.run_dir)
+        start = float(m.get("start_time") or 0.0)
+        try:
+            write_performance(
+                Path(alluredir),
+                rows,
+                run_id=self.settings.run_id,
+                baseline=self.settings.baseline,
+                start=start,
+                stop=time.time(),
+            )
+        except OSError as exc:
+            _log.warning("pytest-sskj: could not write the Allure performance file: %s", exc)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if not self.is_worker:
