@@ -1,21 +1,24 @@
 """A/B verdicts: every candidate backend vs the baseline (the first backend) per chunk and concurrency.
 
-The users' "FlashInfer >= Marlin" as a real verdict: input throughput (median of repeats) and TTFT
-P50/P95, with a bootstrap confidence interval over per-request samples and the margin ``--sskj-margin``.
-It passes only when the whole interval shows the candidate better by the margin; a significant loss or
-an interval that straddles the margin fails with the users' table wording
-("+10.96 % input TPS, −9.91 % TTFT P50 (95 % CI …)").  With ``--sskj-compare-expect report`` (the embedded
-engine's default: its two variants have no machine-independent order) the verdict is recorded and shown,
-and the test skips naming the option that enforces it.
+The users' "FlashInfer >= Marlin" as a real verdict: input throughput and TTFT P50/P95, with the repeat
+(one server run) as the unit of replication (docs/verdicts.md; the method version is in every verdict).
+It passes only when the whole confidence interval shows the candidate better by the margin
+``--sskj-margin`` and by the run's A/A noise floor; a significant loss, an interval that straddles the bar,
+a client-bound side or too few repeats fail with the users' table wording
+("+10.96 % Input TPS, −9.91 % TTFT P50 (95 % CI …)").  A backend named twice (``--backend marlin,marlin``)
+is an A/A control: it passes when it is equivalent or inconclusive, never better or worse.  With
+``--sskj-compare-expect report`` a candidate's verdict is recorded and shown, and the test skips naming
+the option that enforces it.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from pytest_sskj.acceptance.compare import DECIDED
 from pytest_sskj.acceptance.matrix import Comparison
 from pytest_sskj.acceptance.plugin import Acceptance, SiteDefaults
-from pytest_sskj.report.categories import CRASH, REGRESSION
+from pytest_sskj.report.categories import CLIENT_BOUND, CRASH, REGRESSION
 
 
 def test_backend_comparison(
@@ -41,12 +44,19 @@ def test_backend_comparison(
     )
     verdict, why = sskj_acceptance.compare(comp, request.node.nodeid)
     if verdict is None:
+        tag = CLIENT_BOUND if CLIENT_BOUND in why else CRASH
         pytest.fail(
-            f"{CRASH} cannot compare {comp.candidate} with {comp.baseline} at chunk {comp.chunk} "
+            f"{tag} cannot compare {comp.candidate} with {comp.baseline} at chunk {comp.chunk} "
             f"C={comp.concurrency}: no passed repeat on one side ({why})",
             pytrace=False,
         )
     print(verdict.message())
+    if comp.is_control:
+        assert verdict.outcome not in DECIDED, (
+            f"{REGRESSION} A/A control: two identical servers must come out equivalent or inconclusive, "
+            f"saw {verdict.outcome}: {verdict.message()}"
+        )
+        return
     if settings.compare_expect == "report":
         pytest.skip(
             f"verdict recorded, not enforced: {verdict.message()} — enforce it with --sskj-compare-expect better"

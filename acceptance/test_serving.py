@@ -13,6 +13,7 @@ import pytest
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.plugin import Acceptance, SiteDefaults
 from pytest_sskj.report import allure
+from pytest_sskj.vocabulary import COMPARISON_METRICS
 
 
 def test_serving(
@@ -26,12 +27,7 @@ def test_serving(
     row = out.row
     if out.status == "not_run":
         pytest.skip(out.message)
-    allure.metric_parameters(
-        input_tps=row.get("input_throughput"),
-        ttft_p50_ms=row.get("median_ttft_ms"),
-        ttft_p95_ms=row.get("p95_ttft_ms"),
-        tpot_p95_ms=row.get("p95_tpot_ms"),
-    )
+    allure.metric_parameters(**{m: row.get(m) for m in (*COMPARISON_METRICS, "p95_tpot_ms")})
     assert out.passed, out.message
     n = row["requests"]
     assert row.get("completed") == n and not row.get("failed"), (

@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     mark.add_argument("--tag", required=True, help="release name, e.g. v0.3.0 or kimi3-sm120-2026-11-29")
     mark.add_argument("--config", type=Path, default=None, help="release.toml (default: nearest one from cwd)")
     mark.add_argument("--force", action="store_true", help="replace an existing mark of the same tag")
+    mark.add_argument("--scope", default=None, help="release scope of release.toml: gpu (default) or cpu")
+    mark.add_argument("--json", action="store_true", help="print the outcome (mark or refusal) as JSON")
     lst = rsub.add_parser("list", help="list release marks")
     lst.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show = rsub.add_parser("show", help="print one release mark (JSON)")
@@ -114,12 +116,18 @@ def _release(args: argparse.Namespace) -> int:
         except ValueError as exc:
             _err(str(exc))
             return 2
+        runs = "+".join(args.run)
         try:
-            out = release.mark(args.run, args.tag, reports_dir=reports, config=cfg, force=args.force)
+            out = release.mark(args.run, args.tag, reports_dir=reports, config=cfg, force=args.force, scope=args.scope)
         except release.ReleaseRefused as exc:
+            if args.json:
+                _out(json.dumps({"verdict": "refused", "tag": args.tag, "run_id": runs, "reasons": exc.reasons}))
             _err(str(exc))
             return 1
-        _out(f"marked run {'+'.join(args.run)} as release {args.tag}: {out}")
+        if args.json:
+            _out(json.dumps({"verdict": "release", "tag": args.tag, "run_id": runs, "path": str(out)}))
+        else:
+            _out(f"marked run {runs} as release {args.tag}: {out}")
         return 0
     if args.action == "list":
         marks = release.list_releases(reports)

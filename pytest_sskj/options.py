@@ -12,6 +12,8 @@ from typing import Literal
 
 import pytest
 
+from pytest_sskj.engines import DEFAULT_ENGINE, ENGINE_NAMES
+
 __all__ = ["OPTIONS", "Option", "register_options"]
 
 Kind = Literal[
@@ -24,6 +26,7 @@ Kind = Literal[
     "size_list",
     "int_list",
     "name_list",
+    "backend_list",
     "nodes",
     "path",
     "choice",
@@ -63,8 +66,8 @@ OPTIONS: tuple[Option, ...] = (
         "engine",
         ("--engine",),
         "choice",
-        "Serving engine: embedded (CPU llama.cpp, default), sglang or vllm",
-        choices=("embedded", "sglang", "vllm"),
+        f"Serving engine, one of: {', '.join(ENGINE_NAMES)} (default {DEFAULT_ENGINE}: the CPU llama.cpp engine)",
+        choices=ENGINE_NAMES,
     ),
     Option(
         "nodes",
@@ -134,8 +137,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "backends",
         ("--backend",),
-        "name_list",
-        "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4)",
+        "backend_list",
+        "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4); "
+        "a backend named twice (marlin,marlin) is an A/A control: two independently launched identical servers",
         metavar="LIST",
     ),
     Option(
@@ -177,8 +181,9 @@ OPTIONS: tuple[Option, ...] = (
         "slo",
         ("--sskj-slo",),
         "slo",
-        "SLO gates, strict by default: 'ttft_p95_ms<3000,tpot_p95_ms<50'; 'none' disables",
-        default="ttft_p95_ms<3000,tpot_p95_ms<50",
+        "SLO gates, strict by default: 'p95_ttft_ms<3000,p95_tpot_ms<50' (results.csv names; the older "
+        "'ttft_p95_ms' spelling maps onto them); 'none' disables",
+        default="p95_ttft_ms<3000,p95_tpot_ms<50",
     ),
     Option(
         "margin_pct",
@@ -191,10 +196,18 @@ OPTIONS: tuple[Option, ...] = (
         "compare_expect",
         ("--sskj-compare-expect",),
         "choice",
-        "What test_backend_comparison enforces: better (every candidate beats the baseline by --sskj-margin, "
-        "default) or report (verdicts are recorded, not enforced; the embedded engine's default)",
+        "What test_backend_comparison enforces: better (every candidate beats the baseline by --sskj-margin and "
+        "the run's A/A noise floor, default) or report (verdicts are recorded, not enforced)",
         default="better",
         choices=("better", "report"),
+    ),
+    Option(
+        "allow_client_bound",
+        ("--sskj-allow-client-bound",),
+        "bool",
+        "Let a client-bound point pass (it fails with category client-bound by default; comparisons with a "
+        "client-bound side stay inconclusive)",
+        default=False,
     ),
     Option(
         "expect_best_chunk",

@@ -104,16 +104,21 @@ def parse_int_list(text: str | Sequence[str], *, minimum: int = 1) -> tuple[int,
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-def parse_name_list(text: str | Sequence[str]) -> tuple[str, ...]:
-    """Parse ``marlin,flashinfer_mxfp4`` into a tuple of names (letters, digits, ``_ . -``)."""
+def parse_name_list(text: str | Sequence[str], *, twice_ok: bool = False) -> tuple[str, ...]:
+    """Parse ``marlin,flashinfer_mxfp4`` into a tuple of names (letters, digits, ``_ . -``).
+
+    ``twice_ok``: a name may appear twice (``--backend marlin,marlin``: an A/A control), never three times.
+    """
     items = _split(text)
     if not items:
         raise ValueError("the list is empty; give at least one name")
     for t in items:
         if not _NAME_RE.match(t):
             raise ValueError(f"{t!r} is not a valid name (letters, digits, '_', '.', '-')")
-    if len(set(items)) != len(items):
-        raise ValueError(f"{','.join(items)!r} lists a name twice")
+    most = max(items.count(t) for t in items)
+    if most > (2 if twice_ok else 1):
+        what = "more than twice (twice is an A/A control)" if twice_ok else "twice"
+        raise ValueError(f"{','.join(items)!r} lists a name {what}")
     return tuple(items)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_sskj import parsing
-from pytest_sskj.engines import engine_info
+from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
 from pytest_sskj.report.redact import REDACTED, redact_url
@@ -62,6 +62,7 @@ class Settings:
     slo: tuple[SloGate, ...]
     margin_pct: float
     compare_expect: str
+    allow_client_bound: bool
     expect_best_chunk: int | None
     search: str
     search_max: int
@@ -154,6 +155,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "size_list": parsing.parse_size_list,
     "int_list": parsing.parse_int_list,
     "name_list": parsing.parse_name_list,
+    "backend_list": lambda v: parsing.parse_name_list(v, twice_ok=True),
     "path": lambda v: Path(str(v)).expanduser(),
     "slo": parse_slo,
 }
@@ -179,9 +181,10 @@ def _accepted(opt: Option) -> str:
         "size_list": "a comma list of sizes: 4096,8K,16k",
         "int_list": "a comma list of whole numbers >= 1: 8,16",
         "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
+        "backend_list": "a comma list of names, baseline first: marlin,flashinfer_mxfp4 (a name twice: A/A control)",
         "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
         "choice": ", ".join(opt.choices),
-        "slo": "gates like ttft_p95_ms<3000,tpot_p95_ms<50, or none",
+        "slo": "gates METRIC OP NUMBER like p95_ttft_ms<3000,p95_tpot_ms<50 (OP < <= > >=), or none",
         "append": "KEY=VALUE" if opt.dest == "env" else "any string",
     }.get(opt.kind, "a string")
 
@@ -272,7 +275,7 @@ def _hint(opt: Option) -> str | None:
         "chunks": "chunk sizes are tokens per prefill step: --chunk 4K,8K,16K",
         "concurrencies": "concurrencies are client-side in-flight requests: --concurrency 8,16",
         "engine": "--engine sglang for SGLang, --engine embedded for the CPU engine",
-        "slo": "--sskj-slo 'ttft_p95_ms<3000,tpot_p95_ms<50'",
+        "slo": "--sskj-slo 'p95_ttft_ms<3000,p95_tpot_ms<50' (metric names as in results.csv; docs/verdicts.md)",
         "profile": "profiles are TOML files; see pytest_sskj/profile.py for the keys",
     }.get(opt.dest, f"see `pytest --help`, option {opt.display}")
 
@@ -300,8 +303,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
                 "create the file, or fix the key names it reports",
             ) from None
 
-    engine = r.get(by_dest["engine"], {}) or "embedded"
-    info = engine_info(engine)
+    engine = r.get(by_dest["engine"], {}) or DEFAULT_ENGINE
+    info = get_engine(engine)
     values: dict[str, Any] = {"engine": engine}
     for opt in OPTIONS:
         if opt.dest in values:
@@ -332,7 +335,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
 
 
 def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
-    info = engine_info(s.engine)
+    info = get_engine(s.engine)
     unknown = [b for b in s.backends if b not in info.backends]
     if unknown:
         raise _usage(
@@ -341,31 +344,14 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
             f"backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}",
             f"engine {s.engine} accepts: {', '.join(info.backends)}; or pick another --engine",
         )
-    nnodes = max(1, len(s.nodes))
-    world = s.tp * s.pp
-    if s.engine == "sglang":
-        if world % nnodes:
-            fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
-            raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
-                f"({', '.join(s.nodes) or 'local'})\n  Hint: use a node count that divides {world}, e.g. --nodes "
-                f"with {fits} node(s)"
-            )
-        if world // nnodes > s.gpus_per_node:
-            raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs "
-                f"per node, "
-                f"but nodes have {s.gpus_per_node}\n  Hint: add nodes, lower --tp, or set --sskj-gpus-per-node"
-            )
-        if s.tp % s.ep:
-            raise pytest.UsageError(
-                f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)\n  Hint: e.g. --tp 32 --ep 4"
-            )
-    if s.engine == "embedded" and (s.tp, s.ep, s.pp) != (1, 1, 1):
-        raise pytest.UsageError(
-            "the embedded CPU engine has no tensor/expert/pipeline parallelism; "
-            "--tp/--ep/--pp must be 1\n  Hint: use --engine sglang or vllm for parallel sizes"
+    if s.endpoint not in info.endpoints:
+        raise _usage(
+            opts["endpoint"],
+            _where(s.sources.get("endpoint", "cli"), opts["endpoint"], None),
+            f"endpoint {s.endpoint!r} is not served by engine {s.engine!r}",
+            f"engine {s.engine} serves: {', '.join(info.endpoints)}; or pick another --engine",
         )
+    info.check_settings(s)
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
     if s.target_url is not None:

@@ -1,8 +1,12 @@
-"""SLO gates: parsed expressions such as ``ttft_p95_ms<3000`` that explain themselves on failure.
+"""SLO gates: parsed expressions such as ``p95_ttft_ms<3000`` that explain themselves on failure.
 
-The users' S2 SLO is *strict*: TTFT P95 < 3 s and TPOT P95 < 50 ms (``<`` not ``<=``).  A gate on a
-metric that is undefined for the run (``None``, e.g. TPOT when OSL = 1) is *not judged* and says so;
-it never passes vacuously on a 0 that stands for "no samples".
+The users' S2 SLO is *strict*: TTFT P95 < 3 s and TPOT P95 < 50 ms (``<`` not ``<=``).  Gate names are
+the canonical metric names of :mod:`pytest_sskj.vocabulary` (``p95_ttft_ms``); the older SLO spelling
+(``ttft_p95_ms``) maps onto exactly one canonical name and is accepted as that name.  Anything else is
+refused when the option is parsed: an unknown metric (``ttft_p59_ms``, ``foo_ms``), an empty expression,
+an empty gate (a trailing comma), an operator other than ``< <= > >=``, a threshold that is not a finite
+number.  A gate on a metric that is undefined for the run (``None``, e.g. TPOT when OSL = 1) is *not
+judged* and says so; it never passes vacuously on a 0 that stands for "no samples".
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_sskj.vocabulary import GATEABLE, UnknownMetric, canonical, known_names
+
 __all__ = ["DEFAULT_SLO", "GateResult", "SloGate", "evaluate_gates", "parse_slo"]
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -22,9 +28,9 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
 }
 _NEGATION = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
-_GATE_RE = re.compile(r"^\s*([a-z][a-z0-9_]*)\s*(<=|>=|<|>)\s*([0-9.eE+-]+)\s*$")
+_GATE_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*([<>=!]+)\s*(\S+)\s*$")
 
-DEFAULT_SLO = "ttft_p95_ms<3000,tpot_p95_ms<50"
+DEFAULT_SLO = "p95_ttft_ms<3000,p95_tpot_ms<50"
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class GateResult:
 
 @dataclass(frozen=True)
 class SloGate:
-    """One ``metric OP threshold`` gate."""
+    """One ``metric OP threshold`` gate; ``metric`` is the canonical name."""
 
     metric: str
     op: str
@@ -61,27 +67,55 @@ class SloGate:
         return GateResult(self, float(value), _OPS[self.op](float(value), self.threshold))
 
 
+def _gate(item: str) -> SloGate:
+    example = "e.g. p95_ttft_ms<3000"
+    m = _GATE_RE.match(item)
+    if not m:
+        raise ValueError(f"{item!r} is not a gate; write METRIC OP NUMBER with OP one of < <= > >=, {example}")
+    name, op, num = m.groups()
+    if op not in _OPS:
+        raise ValueError(f"{item!r} is not a gate: operator {op!r} is not one of < <= > >= ({example})")
+    try:
+        metric = canonical(name, allowed=GATEABLE)
+    except UnknownMetric as exc:
+        raise ValueError(f"{item!r}: {exc}") from None
+    try:
+        threshold = float(num)
+    except ValueError:
+        raise ValueError(f"{item!r}: {num!r} is not a number") from None
+    if not math.isfinite(threshold):
+        raise ValueError(f"{item!r}: the threshold must be a finite number, not {num!r}")
+    return SloGate(metric, op, threshold)
+
+
 def parse_slo(text: str | Sequence[str]) -> tuple[SloGate, ...]:
-    """Parse ``"ttft_p95_ms<3000,tpot_p95_ms<50"`` into gates; ``""`` or ``"none"`` gives none."""
-    items = text.split(",") if isinstance(text, str) else list(text)
+    """Parse ``"p95_ttft_ms<3000,p95_tpot_ms<50"`` into gates; ``"none"`` gives none.
+
+    Raises ``ValueError`` (the option layer turns it into a usage error) for an empty expression, an
+    empty gate (``a<1,``), a bad operator, a bad number or an unknown metric; the message lists the known
+    metrics where the name was the problem.
+    """
+    items = text.split(",") if isinstance(text, str) else [str(t) for t in text]
+    if len(items) == 1 and items[0].strip().lower() == "none":
+        return ()
+    if not any(i.strip() for i in items):
+        raise ValueError(
+            "the SLO expression is empty; give gates like p95_ttft_ms<3000,p95_tpot_ms<50, or 'none' to disable"
+        )
     gates: list[SloGate] = []
-    for raw in items:
-        item = str(raw).strip()
-        if not item or item.lower() == "none":
-            continue
-        m = _GATE_RE.match(item)
-        if not m:
+    for pos, raw in enumerate(items, 1):
+        item = raw.strip()
+        if not item:
             raise ValueError(
-                f"{item!r} is not a gate; write METRIC OP NUMBER with OP one of < <= > >=, e.g. ttft_p95_ms<3000"
+                f"gate {pos} of {','.join(items)!r} is empty (a stray or trailing comma); "
+                f"known metrics: {known_names(GATEABLE)}"
             )
-        try:
-            threshold = float(m.group(3))
-        except ValueError:
-            raise ValueError(f"{item!r}: {m.group(3)!r} is not a number") from None
-        gates.append(SloGate(m.group(1), m.group(2), threshold))
+        if item.lower() == "none":
+            raise ValueError(f"'none' disables every gate and cannot be combined with gates ({','.join(items)!r})")
+        gates.append(_gate(item))
     return tuple(gates)
 
 
 def evaluate_gates(gates: Sequence[SloGate], metrics: Mapping[str, float | None]) -> list[GateResult]:
-    """Check every gate against ``metrics``; a metric missing from the mapping counts as undefined."""
+    """Check every gate against ``metrics`` (canonical names); a missing metric counts as undefined."""
     return [g.check(metrics.get(g.metric)) for g in gates]

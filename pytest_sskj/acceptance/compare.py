@@ -1,30 +1,64 @@
-"""Candidate vs baseline: the A/B verdict ("FlashInfer >= Marlin") with a bootstrap confidence interval.
+"""Candidate vs baseline: the A/B verdict ("FlashInfer >= Marlin") with the repeat as the unit of replication.
 
-Point estimates follow the users' tables: per repeat, input throughput and TTFT P50/P95 as the bench
-reports them; across repeats, the median.  The confidence interval comes from a seeded bootstrap over
-per-request samples, stratified by repeat: each replicate resamples every repeat's requests with
-replacement, recomputes the repeat's TTFT percentiles, scales the repeat's input throughput by the
-ratio of its mean E2E latency to the resampled one (Little's law for a closed loop at fixed concurrency
-and ISL), and takes the median over repeats again.  The verdict requires the whole interval to clear
-the margin: "better" only when the lower bound of the improvement is at least ``margin_pct``, "worse"
-only when the upper bound is below it, "inconclusive" otherwise, so noise can neither pass nor fail it.
+The method (version :data:`METHOD_VERSION`, written down in ``docs/verdicts.md``): every repeat (one
+server run of a point) contributes one value per metric (its input throughput, its TTFT P50, its TTFT
+P95, as the bench computes them).  Requests inside one run are not independent (they share the server's
+state, the machine's load and the drift of that minute), so they are never resampled.  Per metric, the
+difference is the ratio of the geometric means of the per-repeat values; its confidence interval is
+Welch's t interval on the log per-repeat values (unequal variances, Welch-Satterthwaite degrees of
+freedom), so between-repeat variance is what decides.  A side with fewer than
+:data:`MIN_REPEATS` usable repeats cannot be judged.
+
+Outcome of a metric (improvement = the change in the metric's good direction, in percent):
+
+- ``better``: the whole interval of the improvement lies above ``threshold`` (the margin, or the run's
+  A/A noise floor when that is larger);
+- ``worse``: the whole interval lies below the margin (with margin 0: a significant loss);
+- ``equivalent``: the whole interval lies within +-``equivalence_pct``;
+- ``inconclusive``: none of these.
+
+The verdict's outcome is the primary metric's (input throughput); a secondary metric that is
+significantly worse turns ``better`` into ``inconclusive`` (a trade-off is not a win).  A side with a
+client-bound repeat, or too few repeats, is ``inconclusive`` whatever the numbers say; two sides whose
+engine facts differ beyond the compared backend are ``incomparable``
+(:mod:`pytest_sskj.acceptance.comparability`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_sskj.vocabulary import COMPARISON_METRICS, METRICS
+
 __all__ = [
+    "DECIDED",
+    "METHOD_VERSION",
+    "MIN_REPEATS",
+    "OUTCOMES",
     "MetricDelta",
     "RepeatSample",
     "Verdict",
-    "bootstrap_ratio",
     "compare",
     "fmt_pct",
     "median",
+    "repeat_interval",
+    "t_quantile",
 ]
+
+METHOD_VERSION = "sskj-verdict/2 (Welch t on log per-repeat statistics)"
+"""Recorded in every verdict; bump whenever the method in ``docs/verdicts.md`` changes."""
+
+MIN_REPEATS = 2
+"""Usable repeats a side needs before it can be judged (a variance needs two)."""
+
+OUTCOMES = ("better", "worse", "equivalent", "inconclusive", "incomparable")
+DECIDED = frozenset({"better", "worse"})
+"""Outcomes that claim a difference (an A/A control must never reach them)."""
+
+DEFAULT_EQUIVALENCE_PCT = 5.0
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -45,46 +79,126 @@ def fmt_pct(value: float | None, *, digits: int = 2) -> str:
     return f"{sign}{abs(value):.{digits}f} %"
 
 
+# -- Student t quantile (no scipy on a client box) ---------------------------------------------------
+def _betacf(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)`` (continued fraction, Numerical Recipes 6.4)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def _t_cdf(t: float, df: float) -> float:
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The ``q`` quantile (``q`` > 0.5) of Student's t with ``df`` degrees of freedom (bisection)."""
+    lo, hi = 0.0, 1e6
+    for _ in range(80):
+        mid = (lo + hi) / 2.0
+        if _t_cdf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def repeat_interval(
+    base: Sequence[float], cand: Sequence[float], *, confidence: float
+) -> tuple[float, float, float] | None:
+    """``(delta_pct, ci_low_pct, ci_high_pct)`` of ``cand`` vs ``base`` per-repeat values (Welch on logs).
+
+    ``None`` when a side has fewer than :data:`MIN_REPEATS` positive values.
+    """
+    lb = [math.log(v) for v in base if v > 0]
+    lc = [math.log(v) for v in cand if v > 0]
+    if len(lb) < MIN_REPEATS or len(lc) < MIN_REPEATS:
+        return None
+    nb, nc = len(lb), len(lc)
+    mb, mc = sum(lb) / nb, sum(lc) / nc
+    vb = sum((x - mb) ** 2 for x in lb) / (nb - 1)
+    vc = sum((x - mc) ** 2 for x in lc) / (nc - 1)
+    d = mc - mb
+    se2 = vb / nb + vc / nc
+    if se2 <= 0.0:
+        half = 0.0
+    else:
+        df = se2**2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1))
+        half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt(se2)
+
+    def pct(x: float) -> float:
+        return (math.exp(x) - 1.0) * 100.0
+
+    return pct(d), pct(d - half), pct(d + half)
+
+
 @dataclass(frozen=True)
 class RepeatSample:
-    """What one repeat contributes: its summary metrics and its per-request samples (ms)."""
+    """What one repeat contributes: one value per comparison metric, and whether it was client-bound."""
 
-    input_tps: float | None
-    ttft_p50_ms: float | None
-    ttft_p95_ms: float | None
-    ttft_ms: tuple[float, ...] = ()
-    e2e_ms: tuple[float, ...] = ()
+    values: Mapping[str, float | None]
+    point_id: str = ""
+    client_bound: bool = False
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], samples: Mapping[str, Sequence[float]]) -> RepeatSample:
+    def from_row(cls, row: Mapping[str, Any]) -> RepeatSample:
         def num(key: str) -> float | None:
             v = row.get(key)
-            return float(v) if isinstance(v, (int, float)) else None
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
         return cls(
-            num("input_throughput"),
-            num("median_ttft_ms"),
-            num("p95_ttft_ms"),
-            tuple(float(x) for x in samples.get("ttft_ms", ())),
-            tuple(float(x) for x in samples.get("e2e_latency_ms", ())),
+            {m: num(m) for m in COMPARISON_METRICS},
+            str(row.get("point_id") or ""),
+            bool(row.get("client_bound")),
         )
 
 
 @dataclass(frozen=True)
 class MetricDelta:
-    """One metric of the comparison: medians, the relative change and its confidence interval."""
+    """One metric of the comparison: medians of repeats, the relative change and its confidence interval."""
 
     name: str
-    """``input TPS``, ``TTFT P50`` or ``TTFT P95``."""
+    """Canonical metric name (``input_throughput``, ``median_ttft_ms``, ``p95_ttft_ms``)."""
     higher_is_better: bool
     baseline: float | None
+    """Median over the baseline's repeats (as in the users' tables)."""
     candidate: float | None
     delta_pct: float | None
-    """``(candidate / baseline - 1) * 100``."""
+    """Ratio of the geometric means of the repeats minus one, in percent."""
     ci_low_pct: float | None
     ci_high_pct: float | None
     outcome: str
-    """``better``, ``worse`` or ``inconclusive`` (judged on the improvement vs the margin)."""
+    n_baseline: int = 0
+    n_candidate: int = 0
+
+    @property
+    def label(self) -> str:
+        return METRICS[self.name].label if self.name in METRICS else self.name
 
     @property
     def improvement_ci(self) -> tuple[float, float] | None:
@@ -99,7 +213,23 @@ class MetricDelta:
         ci = ""
         if self.ci_low_pct is not None and self.ci_high_pct is not None:
             ci = f" ({confidence * 100:g} % CI {fmt_pct(self.ci_low_pct)} … {fmt_pct(self.ci_high_pct)})"
-        return f"{fmt_pct(self.delta_pct)} {self.name}{ci}"
+        return f"{fmt_pct(self.delta_pct)} {self.label}{ci}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "unit": METRICS[self.name].unit if self.name in METRICS else None,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "delta_pct": self.delta_pct,
+            "ci_low_pct": self.ci_low_pct,
+            "ci_high_pct": self.ci_high_pct,
+            "outcome": self.outcome,
+            "higher_is_better": self.higher_is_better,
+            "n_baseline": self.n_baseline,
+            "n_candidate": self.n_candidate,
+        }
 
 
 @dataclass(frozen=True)
@@ -112,135 +242,105 @@ class Verdict:
     confidence: float
     metrics: tuple[MetricDelta, ...]
     outcome: str
-    """``better`` when every metric is better by the margin, ``worse`` when any is worse, else ``inconclusive``."""
-    n_boot: int
-    seed: int
+    """One of :data:`OUTCOMES`."""
+    threshold_pct: float = 0.0
+    """What the improvement had to exceed: ``max(margin, noise floor)``."""
+    noise_floor_pct: float | None = None
+    """The run's A/A difference on the primary metric (absolute, percent), when the run has an A/A control."""
+    equivalence_pct: float = DEFAULT_EQUIVALENCE_PCT
+    reasons: tuple[str, ...] = ()
+    """Why the verdict is inconclusive / incomparable regardless of the numbers."""
+    ordering: str = ""
     notes: tuple[str, ...] = field(default=())
+    method: str = METHOD_VERSION
+
+    @property
+    def primary(self) -> MetricDelta:
+        return self.metrics[0]
 
     def headline(self) -> str:
-        """``+10.96 % input TPS (95 % CI …), −9.91 % TTFT P50 (95 % CI …), −9.92 % TTFT P95 (95 % CI …)``."""
+        """``+10.96 % Input TPS (95 % CI …), −9.91 % TTFT P50 (95 % CI …), −9.92 % TTFT P95 (95 % CI …)``."""
         return ", ".join(m.text(self.confidence) for m in self.metrics)
 
-    def message(self) -> str:
-        margin = f"by at least {self.margin_pct:g} %" if self.margin_pct else "(margin 0 %)"
-        head = f"{self.candidate} vs {self.baseline}: {self.headline()}"
+    def _tail(self) -> str:
+        bar = f"{self.threshold_pct:g} %"
+        if self.noise_floor_pct is not None and self.threshold_pct > self.margin_pct:
+            bar += f" (the run's A/A noise floor; margin {self.margin_pct:g} %)"
+        p = self.primary
         if self.outcome == "better":
-            tail = f"{self.candidate} beats {self.baseline} {margin} on every metric"
-        elif self.outcome == "worse":
-            bad = [m.name for m in self.metrics if m.outcome == "worse"]
-            tail = f"{self.candidate} does not beat {self.baseline} {margin}: {', '.join(bad)} outside the margin"
-        else:
-            unsure = [m.name for m in self.metrics if m.outcome == "inconclusive"]
-            tail = (
-                f"inconclusive: the {self.confidence * 100:g} % CI of {', '.join(unsure)} straddles the margin "
-                f"{self.margin_pct:g} %; add --repeats or --requests to separate signal from noise"
-            )
+            return f"{self.candidate} beats {self.baseline} on {p.label} by more than {bar}"
+        if self.outcome == "worse":
+            return f"{self.candidate} does not beat {self.baseline} by {bar}: {p.label} below it"
+        if self.outcome == "equivalent":
+            return f"equivalent: the CI of {p.label} lies within ±{self.equivalence_pct:g} %"
+        if self.outcome == "incomparable":
+            return "incomparable: " + "; ".join(self.reasons)
+        if self.reasons:
+            return "inconclusive: " + "; ".join(self.reasons)
+        return (
+            f"inconclusive: the {self.confidence * 100:g} % CI of {p.label} straddles {bar}; "
+            f"add --repeats (the unit of replication is the repeat) to separate signal from noise"
+        )
+
+    def message(self) -> str:
+        head = f"{self.candidate} vs {self.baseline}: {self.headline()}"
         notes = "".join(f"; {n}" for n in self.notes)
-        return f"{head} — {tail}{notes}"
+        return f"{head} — {self._tail()}{notes}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "candidate": self.candidate,
             "baseline": self.baseline,
             "margin_pct": self.margin_pct,
+            "threshold_pct": self.threshold_pct,
+            "noise_floor_pct": self.noise_floor_pct,
+            "equivalence_pct": self.equivalence_pct,
             "confidence": self.confidence,
             "outcome": self.outcome,
-            "n_boot": self.n_boot,
-            "seed": self.seed,
+            "method": self.method,
+            "ordering": self.ordering,
+            "reasons": list(self.reasons),
+            "notes": list(self.notes),
             "message": self.message(),
-            "metrics": [
-                {
-                    "name": m.name,
-                    "baseline": m.baseline,
-                    "candidate": m.candidate,
-                    "delta_pct": m.delta_pct,
-                    "ci_low_pct": m.ci_low_pct,
-                    "ci_high_pct": m.ci_high_pct,
-                    "outcome": m.outcome,
-                    "higher_is_better": m.higher_is_better,
-                }
-                for m in self.metrics
-            ],
+            "metrics": [m.as_dict() for m in self.metrics],
         }
 
 
-def _median_of(values: Sequence[float | None]) -> float | None:
-    return median([v for v in values if v is not None])
-
-
-def _ratio_pct(cand: float | None, base: float | None) -> float | None:
-    if cand is None or base is None or base == 0:
-        return None
-    return (cand / base - 1.0) * 100.0
-
-
-def _boot_stat(repeats: Sequence[RepeatSample], metric: str, n_boot: int, rng: Any) -> Any | None:
-    """``n_boot`` bootstrap replicates of the median-over-repeats of ``metric``; ``None`` without samples."""
-    import numpy as np
-
-    per_repeat = []
-    for rep in repeats:
-        if metric == "input_tps":
-            if rep.input_tps is None or len(rep.e2e_ms) < 2:
-                continue
-            e2e = np.asarray(rep.e2e_ms, dtype=float)
-            idx = rng.integers(0, len(e2e), size=(n_boot, len(e2e)))
-            mean_star = e2e[idx].mean(axis=1)
-            per_repeat.append(rep.input_tps * e2e.mean() / mean_star)
-        else:
-            if len(rep.ttft_ms) < 2:
-                continue
-            ttft = np.asarray(rep.ttft_ms, dtype=float)
-            idx = rng.integers(0, len(ttft), size=(n_boot, len(ttft)))
-            q = 50.0 if metric == "ttft_p50" else 95.0
-            per_repeat.append(np.percentile(ttft[idx], q, axis=1))
-    if not per_repeat:
-        return None
-    return np.median(np.stack(per_repeat, axis=0), axis=0)
-
-
-def bootstrap_ratio(
-    base: Sequence[RepeatSample],
-    cand: Sequence[RepeatSample],
-    metric: str,
-    *,
-    n_boot: int,
-    confidence: float,
-    seed: int,
-) -> tuple[float, float] | None:
-    """The ``confidence`` CI (percentile method) of ``(cand / base - 1) * 100`` for ``metric``.
-
-    ``metric`` is ``input_tps``, ``ttft_p50`` or ``ttft_p95``.  ``None`` when either side has no samples.
-    """
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    b = _boot_stat(base, metric, n_boot, rng)
-    c = _boot_stat(cand, metric, n_boot, rng)
-    if b is None or c is None:
-        return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = (c / b - 1.0) * 100.0
-    ratio = ratio[np.isfinite(ratio)]
-    if ratio.size == 0:
-        return None
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(ratio, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
-
-
-def _outcome(higher_is_better: bool, ci: tuple[float, float] | None, delta: float | None, margin_pct: float) -> str:
+def _outcome(
+    higher: bool, ci: tuple[float, float] | None, *, threshold: float, margin: float, equivalence: float
+) -> str:
     if ci is None:
-        if delta is None:
-            return "inconclusive"
-        improvement = delta if higher_is_better else -delta
-        return "better" if improvement >= margin_pct else "worse"
-    lo, hi = ci if higher_is_better else (-ci[1], -ci[0])
-    if lo >= margin_pct:
+        return "inconclusive"
+    lo, hi = ci if higher else (-ci[1], -ci[0])
+    if lo > threshold:
         return "better"
-    if hi < margin_pct:
+    if hi < margin:
         return "worse"
+    if -equivalence <= lo and hi <= equivalence:
+        return "equivalent"
     return "inconclusive"
+
+
+def _metric(
+    name: str, base: Sequence[RepeatSample], cand: Sequence[RepeatSample], conf: float, **bars: float
+) -> MetricDelta:
+    bv = [v for v in (r.values.get(name) for r in base) if v is not None]
+    cv = [v for v in (r.values.get(name) for r in cand) if v is not None]
+    higher = METRICS[name].higher_is_better
+    iv = repeat_interval(bv, cv, confidence=conf)
+    ci = (iv[1], iv[2]) if iv else None
+    return MetricDelta(
+        name,
+        higher,
+        median(bv),
+        median(cv),
+        iv[0] if iv else None,
+        ci[0] if ci else None,
+        ci[1] if ci else None,
+        _outcome(higher, ci, **bars),
+        len(bv),
+        len(cv),
+    )
 
 
 def compare(
@@ -251,26 +351,55 @@ def compare(
     *,
     margin_pct: float = 0.0,
     confidence: float = 0.95,
-    n_boot: int = 2000,
-    seed: int = 42,
+    noise_floor_pct: float | None = None,
+    equivalence_pct: float = DEFAULT_EQUIVALENCE_PCT,
+    ordering: str = "",
+    incomparable: Sequence[str] = (),
+    metrics: Sequence[str] = COMPARISON_METRICS,
 ) -> Verdict:
-    """Compare ``cand`` repeats against ``base`` repeats on input TPS and TTFT P50/P95."""
-    specs = (
-        ("input TPS", "input_tps", True, "input_tps"),
-        ("TTFT P50", "ttft_p50_ms", False, "ttft_p50"),
-        ("TTFT P95", "ttft_p95_ms", False, "ttft_p95"),
-    )
-    metrics: list[MetricDelta] = []
+    """Compare ``cand`` repeats against ``base`` repeats (see the module docstring for the method)."""
+    threshold = max(margin_pct, noise_floor_pct or 0.0)
+    bars = {"threshold": threshold, "margin": margin_pct, "equivalence": max(equivalence_pct, margin_pct)}
+    deltas = tuple(_metric(m, base, cand, confidence, **bars) for m in metrics)
+    reasons: list[str] = []
+    primary = deltas[0]
+    for side, reps, n in (("baseline", base, primary.n_baseline), ("candidate", cand, primary.n_candidate)):
+        if n < MIN_REPEATS:
+            reasons.append(
+                f"{side} has {n} usable repeat(s) of {primary.label}, at least {MIN_REPEATS} are needed; "
+                f"raise --repeats (3 or more per side)"
+            )
+        bound = [r.point_id or "?" for r in reps if r.client_bound]
+        if bound:
+            reasons.append(
+                f"{side} measurement(s) client-bound ({', '.join(bound)}): the client, not the server, set them"
+            )
+    outcome = primary.outcome
     notes: list[str] = []
-    for i, (name, attr, higher, boot_key) in enumerate(specs):
-        b = _median_of([getattr(r, attr) for r in base])
-        c = _median_of([getattr(r, attr) for r in cand])
-        delta = _ratio_pct(c, b)
-        ci = bootstrap_ratio(base, cand, boot_key, n_boot=n_boot, confidence=confidence, seed=seed + i)
-        if ci is None and delta is not None:
-            notes.append(f"{name}: no per-request samples, judged on the medians without a CI")
-        outcome = _outcome(higher, ci, delta, margin_pct)
-        metrics.append(MetricDelta(name, higher, b, c, delta, ci[0] if ci else None, ci[1] if ci else None, outcome))
-    outcomes = {m.outcome for m in metrics}
-    overall = "worse" if "worse" in outcomes else ("inconclusive" if "inconclusive" in outcomes else "better")
-    return Verdict(candidate, baseline, margin_pct, confidence, tuple(metrics), overall, n_boot, seed, tuple(notes))
+    if incomparable:
+        outcome, reasons = "incomparable", list(incomparable)
+    elif reasons:
+        outcome = "inconclusive"
+    elif outcome == "better":
+        traded = [m.label for m in deltas[1:] if (m.improvement_ci or (0.0, 0.0))[1] < 0.0]
+        if traded:
+            outcome = "inconclusive"
+            reasons.append(f"{primary.label} is better but {', '.join(traded)} significantly worse (a trade-off)")
+    if noise_floor_pct is not None:
+        notes.append(f"the run's A/A noise floor on {primary.label} is {noise_floor_pct:.2f} %")
+    if ordering:
+        notes.append(f"repeats ordered {ordering}")
+    return Verdict(
+        candidate,
+        baseline,
+        margin_pct,
+        confidence,
+        deltas,
+        outcome,
+        threshold,
+        noise_floor_pct,
+        bars["equivalence"],
+        tuple(reasons),
+        ordering,
+        tuple(notes),
+    )

@@ -6,6 +6,11 @@ order they run: grouped by server spec so each server starts once, or interleave
 backends when restarting a server is cheap (the embedded CPU engine), so slow drift of the machine
 cannot masquerade as a backend difference.  It also enumerates the verdicts built on the points
 (backend comparisons, chunk curves, SLO configs, search configs).  Pure data: no I/O.
+
+A backend named twice (``--backend marlin,marlin``) is an A/A control: the second occurrence is the
+*arm* ``marlin@2``, a second, independently launched identical server (:func:`arms`); its comparison
+with the first is a control (:attr:`Comparison.is_control`) whose measured difference is the run's
+noise floor.
 """
 
 from __future__ import annotations
@@ -13,14 +18,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_sskj.engines import ENGINES
 from pytest_sskj.settings import Settings
 
 __all__ = [
+    "ARM_SEP",
     "CHEAP_RESTART_ENGINES",
     "Comparison",
     "ConfigKey",
     "CurveKey",
     "Point",
+    "arm_backend",
+    "arm_instance",
+    "arms",
     "build_points",
     "comparisons",
     "configs",
@@ -30,8 +40,31 @@ __all__ = [
     "search_configs",
 ]
 
-CHEAP_RESTART_ENGINES = frozenset({"embedded"})
+CHEAP_RESTART_ENGINES = frozenset(n for n, e in ENGINES.items() if e.restart_cost == "cheap")
 """Engines whose servers restart in well under a second: their repeats are interleaved A B A B."""
+
+ARM_SEP = "@"
+
+
+def arms(backends: Sequence[str]) -> tuple[str, ...]:
+    """The matrix's arms: ``marlin,marlin`` -> ``marlin``, ``marlin@2`` (an A/A control's second server)."""
+    seen: dict[str, int] = {}
+    out = []
+    for b in backends:
+        seen[b] = seen.get(b, 0) + 1
+        out.append(b if seen[b] == 1 else f"{b}{ARM_SEP}{seen[b]}")
+    return tuple(out)
+
+
+def arm_backend(arm: str) -> str:
+    """The engine backend of an arm: ``marlin@2`` -> ``marlin``."""
+    return arm.split(ARM_SEP, 1)[0]
+
+
+def arm_instance(arm: str) -> int:
+    """0 for the first server of a backend, ``n - 1`` for the arm ``backend@n``."""
+    _, sep, n = arm.partition(ARM_SEP)
+    return int(n) - 1 if sep and n.isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -93,6 +126,11 @@ class Comparison:
     def candidate_config(self) -> ConfigKey:
         return ConfigKey(self.candidate, self.chunk, self.concurrency)
 
+    @property
+    def is_control(self) -> bool:
+        """An A/A control: the same backend on two independently launched servers."""
+        return arm_backend(self.candidate) == arm_backend(self.baseline)
+
 
 @dataclass(frozen=True)
 class CurveKey:
@@ -120,7 +158,7 @@ def build_points(settings: Settings) -> list[Point]:
         Point(backend, chunk, conc, r, settings.repeats)
         for chunk in _chunks(settings)
         for conc in settings.concurrencies
-        for backend in settings.backends
+        for backend in arms(settings.backends)
         for r in range(1, settings.repeats + 1)
     ]
 
@@ -154,25 +192,32 @@ def execution_order(points: Sequence[Point], *, interleave: bool) -> list[Point]
 
 def configs(settings: Settings) -> list[ConfigKey]:
     """Every (backend, chunk, concurrency) of the matrix, in canonical order."""
-    return [ConfigKey(b, c, k) for c in _chunks(settings) for k in settings.concurrencies for b in settings.backends]
+    return [
+        ConfigKey(b, c, k) for c in _chunks(settings) for k in settings.concurrencies for b in arms(settings.backends)
+    ]
 
 
 def comparisons(settings: Settings) -> list[Comparison]:
-    """Every non-baseline backend vs the baseline (the first backend), per chunk and concurrency."""
+    """Every non-baseline arm vs the baseline (the first backend), per chunk and concurrency.
+
+    A/A controls come first at each chunk and concurrency, so their noise floor is known before the
+    candidates are judged.
+    """
     base = settings.baseline
-    return [
+    out = [
         Comparison(base, cand, chunk, conc)
         for chunk in _chunks(settings)
         for conc in settings.concurrencies
-        for cand in settings.backends[1:]
+        for cand in arms(settings.backends)[1:]
     ]
+    return sorted(out, key=lambda c: (_chunks(settings).index(c.chunk), c.concurrency, not c.is_control))
 
 
 def curves(settings: Settings) -> list[CurveKey]:
     """One chunk curve per backend and concurrency."""
-    return [CurveKey(b, c, _chunks(settings)) for b in settings.backends for c in settings.concurrencies]
+    return [CurveKey(b, c, _chunks(settings)) for b in arms(settings.backends) for c in settings.concurrencies]
 
 
 def search_configs(settings: Settings) -> list[tuple[str, int | None]]:
     """The (backend, chunk) configurations an adaptive concurrency search runs over."""
-    return [(b, c) for c in _chunks(settings) for b in settings.backends]
+    return [(b, c) for c in _chunks(settings) for b in arms(settings.backends)]

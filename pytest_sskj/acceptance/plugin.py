@@ -23,13 +23,15 @@ from typing import Any
 import pytest
 
 from pytest_sskj.acceptance import matrix
-from pytest_sskj.acceptance.compare import RepeatSample, Verdict, compare
+from pytest_sskj.acceptance.comparability import fact_differences, spec_differences
+from pytest_sskj.acceptance.compare import DECIDED, RepeatSample, Verdict, compare
 from pytest_sskj.acceptance.curve import Curve, build_curve
 from pytest_sskj.acceptance.live import LiveLine
 from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
 from pytest_sskj.acceptance.search import SearchResult, judge, search
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
+from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import SETTINGS_KEY
 
@@ -49,8 +51,6 @@ PARAMS = (
 """The parameters this plugin generates, in the order their tests run."""
 
 _VERDICT_DIR = "verdicts"
-_POINT_BUDGET_S = {"embedded": 60.0}
-_DEFAULT_POINT_BUDGET_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class Acceptance:
         """``<model> <platform>`` (``Kimi-K3 pro6000``); the embedded engine is ``embedded-tiny cpu``."""
         s = self.settings
         model = s.model_name or (Path(s.model_path).name if s.model_path else f"{s.engine}-tiny")
-        platform = s.platform or ("cpu" if s.engine == "embedded" else "unknown-platform")
+        platform = s.platform or get_engine(s.engine).platform or "unknown-platform"
         return f"{model} {platform}"
 
     def label(self, site: SiteDefaults, *, story: str | None = None, **params: Any) -> None:
@@ -156,48 +156,97 @@ class Acceptance:
         atomic_write_json(self.settings.run_dir / _VERDICT_DIR / name, verdict)
         self.config.hook.pytest_sskj_verdict(config=self.config, verdict=dict(verdict))
 
-    def compare(self, comp: Comparison, test_id: str = "") -> tuple[Verdict | None, str]:
-        """Run (or reuse) both sides and compare; ``(None, why)`` when a side has no passed repeat."""
-        base = self.repeats(comp.baseline_config())
-        cand = self.repeats(comp.candidate_config())
-        missing = [o for o in (*base, *cand) if not o.passed]
+    def ordering(self) -> str:
+        """How the repeats of a comparison were ordered (recorded in every comparison verdict)."""
+        if matrix.interleaves(self.settings):
+            return "interleaved A B A B (repeat r of every arm before repeat r+1; restarts are cheap)"
+        return (
+            "grouped by server: every repeat of one arm, then the next (a restart is expensive); slow drift "
+            "between the blocks is not separated from the backend difference"
+        )
+
+    def _sides(self, comp: Comparison) -> tuple[list[PointOutcome], list[PointOutcome]]:
+        return self.repeats(comp.baseline_config()), self.repeats(comp.candidate_config())
+
+    def _verdict(self, comp: Comparison, noise_floor: float | None) -> tuple[Verdict | None, str]:
+        base, cand = self._sides(comp)
         usable_b = [o for o in base if o.passed]
         usable_c = [o for o in cand if o.passed]
+        missing = [o for o in (*base, *cand) if not o.passed]
         if not usable_b or not usable_c:
             why = "; ".join(f"{o.point.id}: {o.message.splitlines()[0] if o.message else o.status}" for o in missing)
             return None, why
         v = compare(
             comp.baseline,
             comp.candidate,
-            [RepeatSample.from_row(o.row, o.samples) for o in usable_b],
-            [RepeatSample.from_row(o.row, o.samples) for o in usable_c],
-            margin_pct=self.settings.margin_pct,
-            seed=self.settings.seed,
+            [RepeatSample.from_row(o.row) for o in usable_b],
+            [RepeatSample.from_row(o.row) for o in usable_c],
+            margin_pct=0.0 if comp.is_control else self.settings.margin_pct,
+            noise_floor_pct=noise_floor,
+            ordering=self.ordering(),
+            incomparable=self.incomparable(comp),
         )
-        notes = []
         if missing:
-            notes.append(
-                f"{len(missing)} repeat(s) did not pass and are left out: " + ", ".join(o.point.id for o in missing)
-            )
-        bound = [o.point.id for o in (*usable_b, *usable_c) if o.row.get("client_bound")]
-        if bound:
-            notes.append("client-bound measurement(s): " + ", ".join(bound))
-        if notes:
             from dataclasses import replace
 
-            v = replace(v, notes=(*v.notes, *notes))
+            note = f"{len(missing)} repeat(s) did not pass and are left out: " + ", ".join(o.point.id for o in missing)
+            v = replace(v, notes=(*v.notes, note))
+        return v, ""
+
+    def incomparable(self, comp: Comparison) -> list[str]:
+        """Why the two sides of ``comp`` cannot be compared: specs or recorded engine facts that differ."""
+        from pytest_sskj.acceptance.matrix import Point
+
+        pb = Point(comp.baseline, comp.chunk, comp.concurrency, 1, 1)
+        pc = Point(comp.candidate, comp.chunk, comp.concurrency, 1, 1)
+        sb, sc = self.runner.spec_for(pb), self.runner.spec_for(pc)
+        out = [f"server spec {d}" for d in spec_differences(sb.as_dict(), sc.as_dict())]
+        from pytest_sskj.stash import MANIFEST_KEY
+
+        manifest = self.config.stash.get(MANIFEST_KEY, None)
+        engines = dict(getattr(manifest, "data", {}).get("engines", {})) if manifest is not None else {}
+        fb, fc = engines.get(sb.label), engines.get(sc.label)
+        if isinstance(fb, dict) and isinstance(fc, dict) and sb.label != sc.label:
+            out += [f"engine fact {d}" for d in fact_differences(fb, fc)]
+        return out
+
+    def noise_floor(self, comp: Comparison) -> float | None:
+        """The run's A/A difference (absolute, %, primary metric) at ``comp``'s chunk and concurrency."""
+        floors = []
+        for ctl in matrix.comparisons(self.settings):
+            if not ctl.is_control or (ctl.chunk, ctl.concurrency) != (comp.chunk, comp.concurrency):
+                continue
+            v, _ = self._verdict(ctl, None)
+            if v is not None and v.primary.delta_pct is not None:
+                floors.append(abs(v.primary.delta_pct))
+        return max(floors) if floors else None
+
+    def compare(self, comp: Comparison, test_id: str = "") -> tuple[Verdict | None, str]:
+        """Run (or reuse) both sides and compare; ``(None, why)`` when a side has no passed repeat.
+
+        An A/A control (:attr:`Comparison.is_control`) passes when it claims no difference and records its
+        measured difference as the run's noise floor; a candidate must clear ``max(margin, noise floor)``.
+        """
+        floor = None if comp.is_control else self.noise_floor(comp)
+        v, why = self._verdict(comp, floor)
+        if v is None:
+            return None, why
+        enforced = comp.is_control or self.settings.compare_expect == "better"
+        passed = v.outcome not in DECIDED if comp.is_control else v.outcome == "better"
         self.record(
             {
                 "kind": "comparison",
                 "id": comp.id,
                 "test_id": test_id,
-                "passed": (v.outcome == "better") if self.settings.compare_expect == "better" else None,
-                "enforced": self.settings.compare_expect == "better",
+                "passed": passed if enforced else None,
+                "enforced": enforced,
+                "control": comp.is_control,
                 "baseline": comp.baseline,
                 "candidate": comp.candidate,
                 "chunk": comp.chunk,
                 "concurrency": comp.concurrency,
                 **v.as_dict(),
+                **({"noise_floor_pct": abs(v.primary.delta_pct or 0.0)} if comp.is_control else {}),
             }
         )
         return v, ""
@@ -390,7 +439,7 @@ def _param_rank(item: pytest.Item) -> int:
 
 
 def _budget_s(settings: Settings, item: pytest.Item) -> float:
-    per_point = _POINT_BUDGET_S.get(settings.engine, _DEFAULT_POINT_BUDGET_S)
+    per_point = get_engine(settings.engine).point_budget_s
     rank = _param_rank(item)
     points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):

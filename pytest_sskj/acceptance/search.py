@@ -10,13 +10,12 @@ The users' two modes (``run_adaptive_concurrency*.sh``):
 The answer is the highest measured concurrency that met the SLO (``None`` if none did).  Every step is
 handed to ``on_step`` as soon as it is measured (the caller writes it to disk), and steps measured by
 an interrupted run can be passed back in ``known`` so a resumed search does not repeat them.  SLO
-metric names (``ttft_p95_ms``) are mapped from the bench's names (``p95_ttft_ms``) by :func:`slo_view`;
-TPOT is undefined, hence not judged, when OSL = 1.
+gates name the bench's canonical metrics (``p95_ttft_ms``, :mod:`pytest_sskj.vocabulary`); TPOT is
+undefined, hence not judged, when OSL = 1 (:func:`slo_view`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,25 +25,17 @@ from pytest_sskj.slo import GateResult, SloGate, evaluate_gates
 __all__ = ["MODES", "SearchResult", "Step", "judge", "search", "slo_view"]
 
 MODES = ("double", "add16")
-_BENCH_NAME = re.compile(r"^(mean|median|std|p\d+)_(ttft|tpot|itl|e2e_latency)_ms$")
 
 
 def slo_view(metrics: Mapping[str, Any], *, osl: int) -> dict[str, float | None]:
-    """Bench metrics under SLO names too: ``p95_ttft_ms`` -> ``ttft_p95_ms``, ``median_*`` -> ``*_p50_ms``.
+    """The numeric metrics of a row under their canonical names (:mod:`pytest_sskj.vocabulary`).
 
     With ``osl == 1`` every TPOT/ITL value is ``None``: a single output token has no inter-token time, and
-    a 0 standing for "no samples" must never pass a ``tpot_p95_ms<50`` gate.
+    a 0 standing for "no samples" must never pass a ``p95_tpot_ms<50`` gate.
     """
     out: dict[str, float | None] = {}
     for key, value in metrics.items():
-        num = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-        out[key] = num
-        m = _BENCH_NAME.match(key)
-        if m:
-            stat, name = m.group(1), m.group(2)
-            out[f"{name}_{stat}_ms"] = num
-            if stat == "median":
-                out[f"{name}_p50_ms"] = num
+        out[key] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if osl <= 1:
         for key in list(out):
             if "tpot" in key or "itl" in key:

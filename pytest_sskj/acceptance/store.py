@@ -66,6 +66,16 @@ class PointStore:
         atomic_write_json(self.layout.point_samples(point_id), {k: list(v) for k, v in samples.items()})
         return atomic_write_json(self.layout.point_result(point_id), row)
 
+    def reset(self, point_id: str) -> None:
+        """Remove every file of ``point_id`` but its lock: a point measured again (``--resume`` of an
+        interrupted or broken point) replaces the old attempt's rows, samples and request records."""
+        d = self.root / point_id
+        if not d.is_dir():
+            return
+        for p in d.rglob("*"):
+            if p.is_file() and p.name != ".lock":
+                p.unlink(missing_ok=True)
+
     def read(self, point_id: str) -> tuple[dict[str, Any], dict[str, list[float]]] | None:
         """The stored row and samples of ``point_id``; ``None`` when absent or unreadable."""
         row = _read_json(self.layout.point_result(point_id))

@@ -200,8 +200,10 @@ async def arun_bench(
         finally:
             await monitor.stop()
             gc.unfreeze()
-    client_bound, evidence = monitor.verdict()
     metrics = compute_metrics(records, max_concurrency=workload.concurrency)
+    client_bound, evidence = monitor.verdict(
+        ttft_p50_ms=_num(metrics.get("median_ttft_ms")), e2e_p50_ms=_num(metrics.get("median_e2e_latency_ms"))
+    )
     metrics.update(
         {
             "isl": workload.isl,
@@ -211,6 +213,8 @@ async def arun_bench(
             "warmup_failed": sum(1 for r in warm_records if not r.ok),
             "request_rate": None if workload.request_rate == float("inf") else workload.request_rate,
             "client_bound": client_bound,
+            "client_bound_reasons": "; ".join(evidence["reasons"]) or None,
+            "event_loop_lag_p90_ms": evidence["loop_lag_p90_ms"],
             "event_loop_lag_p99_ms": evidence["loop_lag_p99_ms"],
             "dispatch_lag_p99_ms": evidence["dispatch_lag_p99_ms"],
             "client_cpu_share": evidence["client_cpu_share"],
@@ -231,6 +235,10 @@ async def arun_bench(
     )
     _write_result(result)
     return result
+
+
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _write_result(result: BenchResult) -> None:

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sskj import __version__
+from pytest_sskj.engines import ENGINES
 from pytest_sskj.report.redact import redact_argv, redact_text
 from pytest_sskj.rundir import atomic_write_text
 
 __all__ = ["RunManifest", "ensure_reports_root", "git_commit"]
 
-_PACKAGES = (
+_GENERIC_PACKAGES = (
     "pytest",
     "pytest-xdist",
     "pytest-timeout",
@@ -38,13 +39,11 @@ _PACKAGES = (
     "torch",
     "torchao",
     "flashinfer-python",
-    "sglang",
-    "vllm",
-    "xllamacpp",
-    "gguf",
     "nvidia-ml-py",
     "filelock",
 )
+_PACKAGES = (*_GENERIC_PACKAGES, *dict.fromkeys(d for e in ENGINES.values() for d in e.versions.distributions))
+"""Generic packages, then every engine's version-carrying distributions (``Engine.versions``)."""
 
 _README = """# reports/
 

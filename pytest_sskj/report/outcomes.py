@@ -73,6 +73,9 @@ class OutcomeRecorder:
     secrets: tuple[str, ...] = ()
     min_interval_s: float = 1.0
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    selection: dict[str, Any] = field(default_factory=dict)
+    """What was selected: ``args``, ``keyword`` (-k), ``markexpr`` (-m), ``deselect``, ``lf``, ``maxfail``,
+    ``collected`` and ``deselected`` counts per suite (see the reporter's collection hooks)."""
     _phases: dict[str, dict[str, tuple[str, str | None, float]]] = field(default_factory=dict)
     _last_write: float = 0.0
 
@@ -123,6 +126,7 @@ class OutcomeRecorder:
             "exitstatus": exitstatus,
             "written": time.time(),
             "counts": counts,
+            "selection": self.selection,
             "tests": sorted(self.tests.values(), key=lambda t: t["nodeid"]),
         }
         atomic_write_text(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")

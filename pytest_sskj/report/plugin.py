@@ -194,6 +194,40 @@ class Reporter:
         data = manifest.data if manifest is not None else _manifest_data(self.settings.run_dir)
         write_allure_extras(self.alluredir, data)
 
+    @pytest.hookimpl
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Count deselected tests per suite (``-k``, ``-m``, ``--deselect``, ``--lf``): a release needs zero."""
+        from pytest_sskj.report.outcomes import suite_of
+
+        counts = self.outcomes.selection.setdefault("deselected", {})
+        for it in items:
+            counts[suite_of(it.nodeid)] = counts.get(suite_of(it.nodeid), 0) + 1
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Record the exact selection of this run in ``outcomes.json`` (release marking judges it)."""
+        if self.is_worker or not self.enabled:
+            return
+        from pytest_sskj.report.outcomes import suite_of
+        from pytest_sskj.report.scrub import scrub_text
+
+        opt = self.config.option
+        collected: dict[str, int] = {}
+        for it in session.items:
+            collected[suite_of(it.nodeid)] = collected.get(suite_of(it.nodeid), 0) + 1
+        self.outcomes.selection.update(
+            args=[scrub_text(str(a), self.secrets) for a in self.config.invocation_params.args],
+            rootdir=str(self.config.rootpath),
+            keyword=str(getattr(opt, "keyword", "") or ""),
+            markexpr=str(getattr(opt, "markexpr", "") or ""),
+            deselect=[str(x) for x in (getattr(opt, "deselect", None) or [])],
+            lf=bool(getattr(opt, "lf", False)),
+            maxfail=int(getattr(opt, "maxfail", 0) or 0),
+            xdist=bool(self.config.pluginmanager.hasplugin("dsession")),
+            collected=collected,
+        )
+        self.outcomes.selection.setdefault("deselected", {})
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]

@@ -6,9 +6,19 @@ and ``unit/`` as two sessions)
 (recorded by the reporter plugin) and the repository's ``release.toml`` (which suites are required,
 e.g. ``unit`` and ``acceptance``), and writes ``<reports>/releases/<tag>.json`` — verdict, suites and
 counts, the run manifest, the A/B comparison and SLO/search figures, the summary table — only when
-the run finished and every required suite ran with every test passed: no failure, error, skip, xfail
-or xpass.  Otherwise nothing is written and :class:`ReleaseRefused` lists every reason.  ``release
-list`` and ``release show`` read the marks back.  Every written value is redacted.
+the run finished and every required suite ran *in full* with every test passed: no failure, error,
+xfail or xpass, and no skip but those the release *scope* accepts.  Otherwise nothing is written and
+:class:`ReleaseRefused` lists every reason (``--json`` prints them as JSON too).
+
+"In full" is judged on the selection each run recorded in ``outcomes.json`` (args, ``-k``, ``-m``,
+``--deselect``, ``--lf``, collected and deselected counts per suite): a required suite with any
+deselected test, a ``-k``/``-m`` expression, a path below the suite (``pytest unit/foundation``) or
+a collected test without an outcome (``-x``, an interrupted run) did not run in full.  Which skip
+reasons are acceptable is policy in ``release.toml``: ``[release.scopes.<name>]`` lists the
+``accept_skip_reasons`` (regular expressions); the ``cpu`` scope accepts "hardware absent" skips and
+lists every one it accepted in the mark, the ``gpu`` scope accepts none, so a GPU release needs the
+GPU tests to have run.  ``release list`` and ``release show`` read the marks back.  Every written
+value is redacted.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +64,35 @@ class ReleaseRefused(Exception):
 
 
 @dataclass(frozen=True)
+class Scope:
+    """One release scope of ``release.toml``: which skip reasons it accepts (regexes, searched)."""
+
+    name: str
+    accept_skip_reasons: tuple[str, ...] = ()
+    description: str = ""
+
+    def accepts(self, message: str | None) -> bool:
+        return any(re.search(p, message or "") for p in self.accept_skip_reasons)
+
+
+@dataclass(frozen=True)
 class ReleaseConfig:
     """``[release]`` of ``release.toml``."""
 
     required_suites: tuple[str, ...]
     min_tests: Mapping[str, int]
     path: Path | None = None
+    scopes: Mapping[str, Scope] = field(default_factory=lambda: {"gpu": Scope("gpu")})
+    default_scope: str = "gpu"
+
+    def scope(self, name: str | None) -> Scope:
+        """The scope ``name`` (default: ``default_scope``); ``ValueError`` lists the configured ones."""
+        key = name or self.default_scope
+        if key not in self.scopes:
+            raise ValueError(
+                f"unknown release scope {key!r}; {self.path or CONFIG_NAME} defines: {', '.join(self.scopes)}"
+            )
+        return self.scopes[key]
 
 
 def _toml_loads(text: str) -> dict[str, Any]:
@@ -100,7 +133,29 @@ def load_config(path: Path) -> ReleaseConfig:
     mins = rel.get("min_tests", {})
     if not isinstance(mins, dict) or not all(isinstance(v, int) and v >= 0 for v in mins.values()):
         raise ValueError(f"{path}: release.min_tests must map suite names to whole numbers, e.g. {{acceptance = 1}}")
-    return ReleaseConfig(tuple(suites), {str(k): int(v) for k, v in mins.items()}, path)
+    scopes, default = _scopes(path, rel)
+    return ReleaseConfig(tuple(suites), {str(k): int(v) for k, v in mins.items()}, path, scopes, default)
+
+
+def _scopes(path: Path, rel: Mapping[str, Any]) -> tuple[dict[str, Scope], str]:
+    raw = rel.get("scopes", {"gpu": {}})
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{path}: release.scopes must be a table of scopes, e.g. [release.scopes.gpu]")
+    scopes: dict[str, Scope] = {}
+    for name, body in raw.items():
+        pats = body.get("accept_skip_reasons", []) if isinstance(body, dict) else None
+        if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
+            raise ValueError(f"{path}: release.scopes.{name}.accept_skip_reasons must be a list of regexes")
+        for pat in pats:
+            try:
+                re.compile(pat)
+            except re.error as exc:
+                raise ValueError(f"{path}: release.scopes.{name}: {pat!r} is not a valid regex ({exc})") from None
+        scopes[str(name)] = Scope(str(name), tuple(pats), str(body.get("description", "")))
+    default = str(rel.get("default_scope", next(iter(scopes))))
+    if default not in scopes:
+        raise ValueError(f"{path}: release.default_scope {default!r} is not one of {', '.join(scopes)}")
+    return scopes, default
 
 
 def _run_reasons(outcomes: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[str]:
@@ -124,10 +179,43 @@ def _short(message: str, limit: int = 300) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "\u2026"
 
 
+def _selection_reasons(selection: Mapping[str, Any], suite: str, ran: int) -> list[str]:
+    """Why ``suite`` did not run in full in a run with this recorded ``selection`` (empty: it did)."""
+    if not selection:
+        return [f"required suite {suite!r}: the run recorded no selection (outcomes.json predates it); run it again"]
+    out = []
+    for opt, key in (("-k", "keyword"), ("-m", "markexpr")):
+        if selection.get(key):
+            out.append(f"required suite {suite!r} did not run in full: selected with {opt} {selection[key]!r}")
+    if selection.get("deselect"):
+        out.append(f"required suite {suite!r} did not run in full: --deselect {', '.join(selection['deselect'])}")
+    if selection.get("lf"):
+        out.append(f"required suite {suite!r} did not run in full: --lf reran only the last failures")
+    deselected = int((selection.get("deselected") or {}).get(suite, 0))
+    if deselected:
+        out.append(f"required suite {suite!r} did not run in full: {deselected} test(s) deselected")
+    for arg in selection.get("args") or []:
+        path = str(arg).split("::", 1)[0].replace("\\", "/").strip("/")
+        if path.startswith(f"{suite}/") and path != suite:
+            out.append(f"required suite {suite!r} did not run in full: only {arg!r} was selected")
+    collected = (selection.get("collected") or {}).get(suite)
+    if isinstance(collected, int) and ran < collected:
+        out.append(f"required suite {suite!r}: {collected - ran} of {collected} collected test(s) have no outcome")
+    return out
+
+
 def judge_tests(
-    tests: Sequence[Mapping[str, Any]], config: ReleaseConfig
+    tests: Sequence[Mapping[str, Any]],
+    config: ReleaseConfig,
+    *,
+    scope: Scope | None = None,
+    selections: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """Per-suite outcome counts and every reason the tests do not make a release (empty: they do)."""
+    """Per-suite outcome counts and every reason the tests do not make a release (empty: they do).
+
+    ``scope``: which skips are accepted (default: none).  ``selections``: per suite, the recorded
+    selection of every run that ran it (``None``: not judged, for callers without outcomes files).
+    """
     reasons: list[str] = []
     suites: dict[str, dict[str, int]] = {}
     for t in tests:
@@ -145,19 +233,41 @@ def judge_tests(
         need = config.min_tests.get(suite, 1)
         if total < need:
             reasons.append(f"required suite {suite!r} ran {total} test(s); release.toml asks for at least {need}")
+        if selections is not None:
+            for sel in selections.get(suite) or [{}]:
+                reasons += _selection_reasons(sel, suite, total)
     for t in sorted(tests, key=lambda t: str(t.get("nodeid"))):
-        if t.get("suite") in config.required_suites and t.get("outcome") != "passed":
-            msg = f": {_short(str(t['message']))}" if t.get("message") else ""
-            reasons.append(f"required test {t.get('nodeid')} {t.get('outcome')} (in {t.get('when')}){msg}")
-    return suites, reasons
+        if t.get("suite") not in config.required_suites or t.get("outcome") == "passed":
+            continue
+        if t.get("outcome") == "skipped" and scope is not None and scope.accepts(t.get("message")):
+            continue
+        msg = f": {_short(str(t['message']))}" if t.get("message") else ""
+        where = ""
+        if t.get("outcome") == "skipped" and scope is not None and scope.accept_skip_reasons:
+            where = f" (not accepted by scope {scope.name!r})"
+        reasons.append(f"required test {t.get('nodeid')} {t.get('outcome')} (in {t.get('when')}){msg}{where}")
+    return suites, list(dict.fromkeys(reasons))
+
+
+def accepted_skips(tests: Sequence[Mapping[str, Any]], config: ReleaseConfig, scope: Scope) -> list[dict[str, Any]]:
+    """The skips of required suites that ``scope`` accepted (listed in the mark)."""
+    return [
+        {"nodeid": t.get("nodeid"), "reason": t.get("message")}
+        for t in sorted(tests, key=lambda t: str(t.get("nodeid")))
+        if t.get("suite") in config.required_suites
+        and t.get("outcome") == "skipped"
+        and scope.accepts(t.get("message"))
+    ]
 
 
 def judge(
-    outcomes: Mapping[str, Any], manifest: Mapping[str, Any], config: ReleaseConfig
+    outcomes: Mapping[str, Any], manifest: Mapping[str, Any], config: ReleaseConfig, *, scope: str | None = None
 ) -> tuple[dict[str, dict[str, int]], list[str]]:
     """Per-suite outcome counts and every reason one run is not releasable (empty: releasable)."""
     tests = [t for t in outcomes.get("tests", []) if isinstance(t, Mapping)]
-    suites, reasons = judge_tests(tests, config)
+    sel = outcomes.get("selection") or {}
+    selections = {s: [sel] for s in config.required_suites}
+    suites, reasons = judge_tests(tests, config, scope=config.scope(scope), selections=selections)
     return suites, _run_reasons(outcomes, manifest) + reasons
 
 
@@ -213,11 +323,19 @@ def mark(
     reports_dir: Path | None = None,
     config: ReleaseConfig,
     force: bool = False,
+    scope: str | None = None,
 ) -> Path:
     """Write ``releases/<tag>.json`` for one run (or several runs judged together, e.g. the acceptance and
-    the unit session of one CI job) or raise :class:`ReleaseRefused` with every reason."""
+    the unit session of one CI job) or raise :class:`ReleaseRefused` with every reason.
+
+    ``scope`` names a ``[release.scopes.*]`` table of ``release.toml`` (default: its ``default_scope``).
+    """
     runs = [run_id] if isinstance(run_id, str) else list(run_id)
     shown = "+".join(runs)
+    try:
+        the_scope = config.scope(scope)
+    except ValueError as exc:
+        raise ReleaseRefused(shown, tag, [str(exc)]) from None
     if not runs:
         raise ReleaseRefused(shown, tag, ["no run given (--run RUN_ID)"])
     if not _TAG.match(tag):
@@ -231,6 +349,7 @@ def mark(
         raise ReleaseRefused(shown, tag, [f"release {tag!r} already exists ({out}); pick another tag or --force"])
     reasons: list[str] = []
     tests: dict[str, dict[str, Any]] = {}
+    selections: dict[str, list[dict[str, Any]]] = {}
     loaded: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for rid in runs:
         prefix = f"run {rid}: " if len(runs) > 1 else ""
@@ -245,13 +364,16 @@ def mark(
             continue
         loaded[rid] = (outcomes, manifest)
         reasons += [prefix + r for r in _run_reasons(outcomes, manifest)]
+        ran = {str(t.get("suite")) for t in outcomes.get("tests", []) if isinstance(t, dict)}
+        for suite in ran:
+            selections.setdefault(suite, []).append(dict(outcomes.get("selection") or {}))
         for t in outcomes.get("tests", []):
             if not isinstance(t, dict):
                 continue
             prev = tests.get(str(t.get("nodeid")))
             if prev is None or prev.get("outcome") == "passed":  # a test run twice must pass both times
                 tests[str(t.get("nodeid"))] = t
-    suites, test_reasons = judge_tests(list(tests.values()), config)
+    suites, test_reasons = judge_tests(list(tests.values()), config, scope=the_scope, selections=selections)
     if loaded:  # with no readable run, the run problems above are the whole story
         reasons += test_reasons
     if reasons:
@@ -269,6 +391,10 @@ def mark(
         "marked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run_id": runs[0] if len(runs) == 1 else runs,
         "required_suites": list(config.required_suites),
+        "scope": the_scope.name,
+        "scope_description": the_scope.description,
+        "accepted_skips": accepted_skips(list(tests.values()), config, the_scope),
+        "selection": {rid: loaded[rid][0].get("selection") for rid in runs},
         "suites": suites,
         "counts": counts,
         "manifest": manifest,

@@ -43,17 +43,17 @@ def test_curve_ignores_failed_repeats() -> None:
     assert c.best is not None and c.best.chunk == 1024 and c.points[0].input_tps is None
 
 
-def test_slo_view_maps_bench_names_and_never_judges_tpot_at_osl_1() -> None:
+def test_slo_view_keeps_canonical_names_and_never_judges_tpot_at_osl_1() -> None:
     m = {"p95_ttft_ms": 2999.0, "p95_tpot_ms": 0.0, "median_ttft_ms": 10.0}
     v = slo_view(m, osl=1)
-    assert v["ttft_p95_ms"] == 2999.0 and v["ttft_p50_ms"] == 10.0 and v["tpot_p95_ms"] is None
+    assert v["p95_ttft_ms"] == 2999.0 and v["median_ttft_ms"] == 10.0 and v["p95_tpot_ms"] is None
     ok, results = judge(SLO, m, osl=1)
     assert ok and [r.sentence() for r in results] == [
-        "ttft_p95_ms=2999.00 < 3000",
-        "tpot_p95_ms not judged (undefined for this run)",
+        "p95_ttft_ms=2999.00 < 3000",
+        "p95_tpot_ms not judged (undefined for this run)",
     ]
     ok, results = judge(SLO, {"p95_ttft_ms": 3000.0, "p95_tpot_ms": 10.0}, osl=16)
-    assert not ok and results[0].sentence() == "ttft_p95_ms=3000.00 >= 3000", "the SLO is strict: 3000 fails"
+    assert not ok and results[0].sentence() == "p95_ttft_ms=3000.00 >= 3000", "the SLO is strict: 3000 fails"
 
 
 def _server(capacity: float, saturate_at: int = 10**6) -> Any:

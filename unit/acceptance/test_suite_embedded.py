@@ -166,9 +166,9 @@ def test_slo_violation_and_failing_comparison_give_their_verdicts_and_messages(p
     out = res.stdout.str()
     v = _verdict(pytester, "gate", "slo-parallel-chunk512-c8")
     assert v["passed"] is False
-    assert "ttft_p95_ms=" in v["message"] and ">= 1" in v["message"], v["message"]
-    assert "tpot_p95_ms not judged (undefined for this run)" in v["message"], "OSL 1: TPOT must not be judged"
-    assert "[slo] parallel-chunk512-c8 misses the SLO (ttft_p95_ms<1, tpot_p95_ms<0.001)" in out
+    assert "p95_ttft_ms=" in v["message"] and ">= 1" in v["message"], v["message"]
+    assert "p95_tpot_ms not judged (undefined for this run)" in v["message"], "OSL 1: TPOT must not be judged"
+    assert "[slo] parallel-chunk512-c8 misses the SLO (p95_ttft_ms<1, p95_tpot_ms<0.001)" in out
     c = _verdict(pytester, "gate", "comparison-serial-vs-parallel-chunk512-c8")
     assert c["outcome"] == "worse" and c["passed"] is False
     assert "[regression] serial vs parallel: " in out and "% input TPS (95 % CI " in out, out[-3000:]

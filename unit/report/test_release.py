@@ -1,4 +1,9 @@
-"""Release marking: green runs are marked; every refusal case says exactly why; list/show read marks back."""
+"""Release marking: green runs are marked; every refusal case says exactly why; list/show read marks back.
+
+Since issue 12 the run's recorded selection is judged too (a suite that did not run in full refuses) and
+skips are judged by the release scope of release.toml: the helpers record a full selection, and the real
+session test no longer marks a run that selected one file of a required suite (deliberate change).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ def _test(nodeid: str, outcome: str = "passed", when: str = "call", message: str
     }
 
 
+FULL: dict[str, Any] = {"args": ["unit", "acceptance"], "keyword": "", "markexpr": "", "deselected": {}}
+
 GREEN = [
     _test("unit/test_a.py::test_1"),
     _test("acceptance/test_s.py::test_serving[marlin]"),
@@ -42,6 +49,7 @@ def _run(
     exitstatus: int = 1,
     status: str = "finished",
     run_id: str = "r1",
+    selection: dict[str, Any] | None = None,
 ) -> Path:
     d = reports / run_id
     d.mkdir(parents=True)
@@ -63,6 +71,7 @@ def _run(
                     "complete": complete,
                     "exitstatus": exitstatus,
                     "counts": {"passed": len(tests)},
+                    "selection": FULL if selection is None else selection,
                     "tests": tests,
                 }
             )
@@ -183,7 +192,8 @@ def test_two_sessions_are_judged_together(tmp_path: Path) -> None:
     assert rec["run_id"] == ["acc", "unit"] and sorted(rec["manifests"]) == ["acc", "unit"]
     assert rec["suites"] == {"unit": {"passed": 1}, "acceptance": {"passed": 2}} and rec["counts"] == {"passed": 3}
     assert list_releases(tmp_path)[0]["run_id"] == "acc+unit"
-    (tmp_path / "unit" / "outcomes.json").write_text(json.dumps({"complete": False, "tests": [GREEN[0]]}))
+    incomplete = {"complete": False, "selection": FULL, "tests": [GREEN[0]]}
+    (tmp_path / "unit" / "outcomes.json").write_text(json.dumps(incomplete))
     with pytest.raises(ReleaseRefused) as exc:
         mark(["acc", "unit"], "v2", reports_dir=tmp_path, config=CFG)
     assert exc.value.reasons == [
@@ -237,33 +247,80 @@ def test_real_session_outcomes_drive_marking(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         **{
             "unit/test_a.py": "def test_a():\n    pass\n",
-            "acceptance/test_b.py": "import pytest\ndef test_b():\n    pass\n"
-            "@pytest.mark.xfail(reason='known')\ndef test_c():\n    assert 0\n",
+            "acceptance/test_b.py": "def test_b():\n    pass\n",
             "docs/test_d.py": "import pytest\ndef test_d():\n    pytest.skip('optional')\n",
         }
     )
     pytester.makefile(".toml", release='[release]\nrequired_suites = ["unit", "acceptance"]\n')
-    pytester.runpytest(
-        "unit",
-        "acceptance/test_b.py::test_b",
-        "docs",
-        "--reports-dir",
-        "rep",
-        "--run-id",
-        "green",
-        "-p",
-        "no:cacheprovider",
-    ).assert_outcomes(passed=2, skipped=1)
+    opts = ("--reports-dir", "rep", "-p", "no:cacheprovider")
+    pytester.runpytest("unit", "acceptance", "docs", "--run-id", "green", *opts).assert_outcomes(passed=2, skipped=1)
     cfg = load_config(pytester.path / "release.toml")
     out = mark("green", "ok", reports_dir=pytester.path / "rep", config=cfg)
-    assert json.loads(out.read_text())["suites"] == {
-        "unit": {"passed": 1},
-        "acceptance": {"passed": 1},
-        "docs": {"skipped": 1},
-    }
-    pytester.runpytest(
-        "unit", "acceptance", "--reports-dir", "rep", "--run-id", "xf", "-p", "no:cacheprovider"
-    ).assert_outcomes(passed=2, xfailed=1)
+    mark_data = json.loads(out.read_text())
+    assert mark_data["suites"] == {"unit": {"passed": 1}, "acceptance": {"passed": 1}, "docs": {"skipped": 1}}
+    assert mark_data["selection"]["green"]["collected"] == {"unit": 1, "acceptance": 1, "docs": 1}
+    xfail = "import pytest\n@pytest.mark.xfail(reason='known')\ndef test_c():\n    assert 0\n"
+    pytester.makepyfile(**{"acceptance/test_c.py": xfail})
+    pytester.runpytest("unit", "acceptance", "--run-id", "xf", *opts).assert_outcomes(passed=2, xfailed=1)
     with pytest.raises(ReleaseRefused) as exc:
         mark("xf", "bad", reports_dir=pytester.path / "rep", config=cfg)
-    assert exc.value.reasons == ["required test acceptance/test_b.py::test_c xfailed (in call): xfail: known"]
+    assert exc.value.reasons == ["required test acceptance/test_c.py::test_c xfailed (in call): xfail: known"]
+    pytester.runpytest("unit", "acceptance/test_b.py", "--run-id", "part", *opts).assert_outcomes(passed=2)
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("part", "part", reports_dir=pytester.path / "rep", config=cfg)
+    assert exc.value.reasons == [
+        "required suite 'acceptance' did not run in full: only 'acceptance/test_b.py' was selected"
+    ], exc.value.reasons
+
+
+def test_k_selection_is_refused_with_the_deselected_count(pytester: pytest.Pytester) -> None:
+    """The issue's case: `pytest unit/ -k slo` and `pytest acceptance/ -k ...` were marked as a release."""
+    pytester.makepyfile(
+        **{
+            "unit/test_a.py": "def test_slo():\n    pass\ndef test_other():\n    pass\n",
+            "acceptance/test_b.py": "def test_slo():\n    pass\ndef test_serving():\n    pass\n",
+        }
+    )
+    pytester.makefile(".toml", release='[release]\nrequired_suites = ["unit", "acceptance"]\n')
+    res = pytester.runpytest("unit", "acceptance", "-k", "slo", "--reports-dir", "rep", "--run-id", "k")
+    res.assert_outcomes(passed=2)
+    cfg = load_config(pytester.path / "release.toml")
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("k", "v1", reports_dir=pytester.path / "rep", config=cfg)
+    assert exc.value.reasons == [
+        "required suite 'unit' did not run in full: selected with -k 'slo'",
+        "required suite 'unit' did not run in full: 1 test(s) deselected",
+        "required suite 'acceptance' did not run in full: selected with -k 'slo'",
+        "required suite 'acceptance' did not run in full: 1 test(s) deselected",
+    ], exc.value.reasons
+
+
+def test_scope_policy_cpu_accepts_and_lists_hardware_absent_skips_gpu_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = load_config(Path(__file__).resolve().parents[2] / "release.toml")
+    absent = "Skipped: needs 1 x sm120, found 0 GPUs (NVML: NVML Shared Library Not Found)"
+    tests = [*GREEN, _test("unit/test_gpu.py::test_kernel", "skipped", "setup", absent)]
+    _run(tmp_path, tests)
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("r1", "gpu1", reports_dir=tmp_path, config=cfg)
+    assert exc.value.reasons == [f"required test unit/test_gpu.py::test_kernel skipped (in setup): {absent}"], (
+        "the gpu scope accepts no skip"
+    )
+    out = mark("r1", "cpu1", reports_dir=tmp_path, config=cfg, scope="cpu")
+    data = json.loads(out.read_text())
+    assert data["scope"] == "cpu", data["scope"]
+    assert data["accepted_skips"] == [{"nodeid": "unit/test_gpu.py::test_kernel", "reason": absent}]
+    other = [*GREEN, _test("unit/test_x.py::test_y", "skipped", "call", "Skipped: not today")]
+    _run(tmp_path, other, run_id="r2")
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("r2", "cpu2", reports_dir=tmp_path, config=cfg, scope="cpu")
+    assert exc.value.reasons == [
+        "required test unit/test_x.py::test_y skipped (in call): Skipped: not today (not accepted by scope 'cpu')"
+    ]
+    base = ["--reports-dir", str(tmp_path), "--config", str(cfg.path)]
+    assert main(["release", "mark", "--run", "r2", "--tag", "cpu2", "--scope", "cpu", "--json", *base]) == 1
+    refusal = json.loads(capsys.readouterr().out)
+    assert refusal["verdict"] == "refused" and "not accepted by scope 'cpu'" in refusal["reasons"][0], refusal
+    assert main(["release", "mark", "--run", "r1", "--tag", "cpu3", "--scope", "cpu", "--json", *base]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "release"
