@@ -4,7 +4,8 @@ matching configuration of an earlier run (a release tag, a run id or ``last-rele
 ``test_baseline[<backend>-chunk<c>-c<C>]`` fails with ``[regression]`` when a headline metric (input TPS,
 TTFT P50, TTFT P95) is worse than the baseline's median by more than the baseline's repeat spread plus
 ``--sskj-regression-margin`` and the repeat ranges do not overlap; it is skipped with the reason when no
-baseline was given, when the baseline has no matching point, or when the result is inconclusive; an
+baseline was given, when the baseline has no matching point, when a recorded engine fact (version, commit,
+driver, GPU) differs from the baseline's, or when the result is inconclusive; an
 unexpired ``[[waiver]]`` in ``release.toml`` turns a regression into an expected failure.
 """
 
@@ -14,7 +15,8 @@ import pytest
 
 from pytest_sskj.acceptance.matrix import ConfigKey
 from pytest_sskj.acceptance.plugin import Acceptance, SiteDefaults
-from pytest_sskj.history.gate import judge_config
+from pytest_sskj.history.gate import engine_differences, env_facts, judge_config
+from pytest_sskj.history.importer import read_manifest
 from pytest_sskj.history.plugin import BaselineGate
 from pytest_sskj.report.categories import REGRESSION
 
@@ -35,6 +37,9 @@ def test_baseline(
     rows = [o.row for o in outs if o.passed]
     if not rows:
         pytest.skip(f"not judged: no repeat of {key.id} passed test_serving")
+    differ = engine_differences(base, env_facts(read_manifest(sskj_acceptance.settings.run_dir)))
+    if differ:
+        pytest.skip(f"not judged: {base.label} (run {base.run_id}) is incomparable: {'; '.join(differ)}")
     config = {"backend": key.backend, "chunk": key.chunk, "concurrency": key.concurrency, "id": key.id}
     out = judge_config(
         config,

@@ -10,8 +10,8 @@ table, plots, Allure and the results database read it.  Columns, in ``results.cs
   timeout, launch, bench, config, oracle or None), ``reasons``, ``findings``, ``client_bound``, ``wall_s``,
   ``request_file`` (the per-request JSONL, relative to the run directory), ``slo_met`` (gate text ->
   True/False/None: met, missed, not judged), ``measured_concurrency``;
-- metrics (:data:`METRIC_FIELDS`): sglang ``bench_serving`` names with units in the name, ``None`` when
-  undefined (never 0);
+- metrics (:data:`METRIC_FIELDS`): the metric vocabulary (:mod:`pytest_sskj.vocabulary`: sglang
+  ``bench_serving`` names with units in the name), ``None`` when undefined (never 0);
 - ``schema_version`` (:data:`ROW_SCHEMA`).
 
 A **verdict** (:func:`verdict_record`) always has ``kind, id, run_id, test_id, passed, message`` plus its
@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from pytest_sskj.vocabulary import METRICS
 
 __all__ = [
     "IDENTITY_FIELDS",
@@ -69,21 +71,9 @@ OUTCOME_FIELDS = (
     "slo_met",
     "measured_concurrency",
 )
-_STATS = ("mean", "median", "std", "p90", "p95", "p99")
-_LATENCIES = ("ttft", "tpot", "itl", "e2e_latency")
-METRIC_FIELDS = (
-    "completed",
-    "failed",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "input_throughput",
-    "output_throughput",
-    "total_throughput",
-    *(f"{stat}_{m}_ms" for m in _LATENCIES for stat in _STATS),
-    "metrics_version",
-)
+METRIC_FIELDS = (*(name for name in METRICS if name not in IDENTITY_FIELDS), "metrics_version")
+"""The metric columns: every metric of :data:`pytest_sskj.vocabulary.METRICS` (the bench's achieved
+``concurrency`` is the row's ``measured_concurrency``: ``concurrency`` is the configured one)."""
 ROW_FIELDS = (*IDENTITY_FIELDS, *OUTCOME_FIELDS, *METRIC_FIELDS, "schema_version")
 """Every column of a row, in ``results.csv`` order (extra keys follow, sorted)."""
 

@@ -11,7 +11,9 @@ own repeat spread (the largest relative distance of a baseline repeat from its m
   v1.3 …``; a waiver in ``release.toml`` that has not expired turns it into ``waived``;
 - ``inconclusive``: worse by more than the tolerance but the ranges overlap (more repeats decide);
 - ``passed``: no metric worse by more than its tolerance;
-- ``no_match``: the baseline has no passed repeat of this configuration (never a silent pass).
+- ``no_match``: the baseline has no passed repeat of this configuration (never a silent pass);
+- client-bound repeats make it ``inconclusive``: this run's for a regression (the client may have caused
+  the drop), the baseline's for a pass (its figures only bound the server's).
 
 A baseline of another shape (ISL/OSL) or environment (engine, model, platform, parallel layout, endpoint)
 is refused before anything runs (:func:`refusals`).
@@ -29,6 +31,7 @@ from typing import Any
 from pytest_sskj.history.db import ResultsDB
 from pytest_sskj.history.importer import read_manifest, release_marks
 from pytest_sskj.report.results import read_results
+from pytest_sskj.vocabulary import COMPARISON_METRICS, METRICS
 
 __all__ = [
     "HEADLINE",
@@ -36,6 +39,7 @@ __all__ = [
     "BaselineError",
     "GateOutcome",
     "Waiver",
+    "engine_differences",
     "env_facts",
     "incomparable",
     "judge_config",
@@ -45,12 +49,10 @@ __all__ = [
     "resolve_baseline",
 ]
 
-HEADLINE: tuple[tuple[str, str, bool], ...] = (
-    ("input TPS", "input_throughput", True),
-    ("TTFT P50", "median_ttft_ms", False),
-    ("TTFT P95", "p95_ttft_ms", False),
+HEADLINE: tuple[tuple[str, str, bool], ...] = tuple(
+    (METRICS[m].label, m, METRICS[m].higher_is_better) for m in COMPARISON_METRICS
 )
-"""(name in the users' tables, row column, higher is better)."""
+"""(label in the users' tables, row column, higher is better), from the metric vocabulary."""
 
 _COMPARABLE = ("engine", "model", "platform", "layout", "endpoint")
 
@@ -92,7 +94,18 @@ def env_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "layout": "/".join(f"{k.upper()}{s.get(k)}" for k in ("tp", "ep", "dp", "pp")),
         "endpoint": s.get("endpoint"),
         "shape": f"ISL {s.get('isl')} / OSL {s.get('osl')}",
+        "engine_facts": dict(eng),
     }
+
+
+def engine_differences(base: Baseline, current: Mapping[str, Any]) -> list[str]:
+    """Recorded engine facts (versions, commits, driver, GPU) on which ``current`` (an :func:`env_facts`) and
+    the baseline differ (:func:`pytest_sskj.acceptance.comparability.fact_differences`); ``[]`` when either
+    side recorded none yet."""
+    from pytest_sskj.acceptance.comparability import fact_differences
+
+    a, b = base.facts.get("engine_facts") or {}, current.get("engine_facts") or {}
+    return [f"engine fact {d}" for d in fact_differences(a, b)] if a and b else []
 
 
 def incomparable(current: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
@@ -252,6 +265,18 @@ def _fmt(v: float) -> str:
     return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
+def _client_bound(rows: Sequence[Mapping[str, Any]], whose: str) -> str:
+    """Why client-bound repeats void the claim: this run's void a regression (the client may have set the
+    drop), the baseline's void a pass (its figures are only bounds on the server's)."""
+    ids = [str(r.get("point_id") or "?") for r in rows if r.get("client_bound")]
+    if not ids:
+        return ""
+    return (
+        f"{whose} repeat(s) {', '.join(ids)} were client-bound (the client, not the server, set them), so the "
+        "comparison cannot be trusted; run the client on a less loaded machine or lower --concurrency"
+    )
+
+
 def _sentence(m: Mapping[str, Any], label: str) -> str:
     verb = "regressed" if m["worse_pct"] > 0 else "improved"
     return (
@@ -295,6 +320,9 @@ def judge_config(
             metrics.append(_metric(name, col, higher, cur, ref, margin_pct))
     today = today or _dt.date.today()
     bad = [m for m in metrics if m["status"] == "regression"]
+    bound = _client_bound(current if bad else base, "this run's" if bad else f"{baseline.label}'s")
+    if bound:
+        return GateOutcome("inconclusive", f"inconclusive: {bound}", metrics)
     unsure = [m for m in metrics if m["status"] == "inconclusive"]
     text = "; ".join(_sentence(m, baseline.label) for m in (bad or unsure or metrics))
     if bad:

@@ -11,6 +11,7 @@ configure time, before anything is launched.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import logging
 import time
 from collections.abc import Callable
@@ -245,6 +246,12 @@ def pytest_configure(config: pytest.Config) -> None:
             f"--sskj-db: {exc}\n  accepted: postgresql://user:pass@host:port/db, sqlite:///path, a file path, none"
             f"\n  Hint: --sskj-db postgresql://sskj@db.example:5432/sskj (password from SSKJ_DB, never logged)"
         ) from None
+    if url is not None and url.startswith("postgresql") and importlib.util.find_spec("psycopg") is None:
+        raise pytest.UsageError(
+            "--sskj-db: a PostgreSQL URL needs psycopg 3, which is not installed\n"
+            "  accepted: postgresql://... with psycopg installed, sqlite:///path, a file path, none\n"
+            "  Hint: pip install 'pytest-sskj[postgres]'"
+        )
     rec = HistoryRecorder(config, settings, url)
     _resolve_gate(config, settings, rec)
     config.stash[HISTORY_KEY] = rec

@@ -3,8 +3,9 @@
 ``compare`` matches serving configurations (backend, chunk, concurrency) of two runs of the same shape and
 judges each with :func:`pytest_sskj.acceptance.compare.compare` over the runs' repeats (the unit of
 replication): medians over repeats, the relative delta and its confidence interval, ``better`` / ``worse``
-/ ``inconclusive``.  Runs whose recorded environment differs (engine, model, platform, layout, endpoint,
-shape) are refused, or with ``allow_incomparable`` compared and marked ``incomparable``.
+/ ``equivalent`` / ``inconclusive``.  Runs whose recorded environment differs (engine, model, platform,
+layout, endpoint, shape, or any recorded engine fact: versions, commits, driver, GPU) are refused, or with
+``allow_incomparable`` compared and marked ``incomparable``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_sskj.history.gate import Baseline, incomparable
+from pytest_sskj.history.gate import Baseline, engine_differences, incomparable
 
 __all__ = [
     "HISTORY_COLUMNS",
@@ -170,7 +171,7 @@ def _configs(base: Baseline) -> dict[tuple[str, str, str], list[Any]]:
         if r.get("status") != "passed" or r.get("kind", "serve") != "serve":
             continue
         key = (str(r.get("backend")), str(r.get("chunk")), str(r.get("concurrency")))
-        out.setdefault(key, []).append(RepeatSample.from_row(r, base.samples.get(str(r.get("point_id")), {})))
+        out.setdefault(key, []).append(RepeatSample.from_row(r))
     return out
 
 
@@ -181,7 +182,7 @@ def compare_runs(a: Baseline, b: Baseline, *, allow_incomparable: bool = False, 
     out = Comparison(a, b)
     if a.facts.get("shape") != b.facts.get("shape"):
         out.problems.append(f"shape {a.facts.get('shape')} in {a.run_id}, {b.facts.get('shape')} in {b.run_id}")
-    out.problems += incomparable(b.facts, a.facts)
+    out.problems += incomparable(b.facts, a.facts) + engine_differences(a, b.facts)
     if out.problems and not allow_incomparable:
         return out
     ca, cb = _configs(a), _configs(b)
@@ -190,10 +191,8 @@ def compare_runs(a: Baseline, b: Baseline, *, allow_incomparable: bool = False, 
         if key not in ca or key not in cb:
             entry.update(outcome="unmatched", note=f"only in {a.run_id if key in ca else b.run_id}")
         else:
-            v = compare(a.run_id, b.run_id, ca[key], cb[key], margin_pct=margin_pct)
+            v = compare(a.run_id, b.run_id, ca[key], cb[key], margin_pct=margin_pct, incomparable=out.problems)
             entry.update(v.as_dict(), repeats=[len(ca[key]), len(cb[key])])
-            if out.problems:
-                entry["outcome"] = "incomparable"
         out.points.append(entry)
     return out
 
@@ -222,7 +221,7 @@ def render_compare(c: Comparison, fmt: str) -> str:
                     "C": p["concurrency"],
                     "Backend": p["backend"],
                     "Repeats": "/".join(map(str, p.get("repeats") or [])) or "-",
-                    "Metric": m.get("name"),
+                    "Metric": m.get("label") or m.get("name"),
                     "A": m.get("baseline"),
                     "B": m.get("candidate"),
                     "Delta": fmt_pct(m.get("delta_pct")),

@@ -231,11 +231,8 @@ def attach_files(paths: Iterable[str | Path]) -> None:
             attach_file(p)
 
 
-_PERF = (
-    ("input TPS", "input_throughput", "tok/s", "higher"),
-    ("TTFT P50", "ttft_p50_ms", "ms", "lower"),
-    ("TTFT P95", "ttft_p95_ms", "ms", "lower"),
-)
+_PERF = (("input_throughput", "input_throughput"), ("median_ttft_ms", "ttft_p50_ms"), ("p95_ttft_ms", "ttft_p95_ms"))
+"""(vocabulary name, :class:`~pytest_sskj.report.summary.PointSummary` attribute) of the trended medians."""
 
 
 def write_performance(
@@ -246,17 +243,20 @@ def write_performance(
     no configuration has a median."""
     from pytest_sskj.report.summary import format_chunk, summarize_points
     from pytest_sskj.rundir import atomic_write_json
+    from pytest_sskj.vocabulary import METRICS
 
     samples = []
     for p in summarize_points(rows, baseline):
         group = f"{p.backend} chunk {format_chunk(p.chunk)} C={p.concurrency}"
-        for title, attr, unit, better in _PERF:
+        for name, attr in _PERF:
             value = getattr(p, attr)
             if value is None:
                 continue
+            m = METRICS[name]
+            title, unit, better = m.label, m.unit, m.direction
             samples.append(
                 {
-                    "id": f"{run_id}:{group}:{attr}",
+                    "id": f"{run_id}:{group}:{name}",
                     "key": f"{group} {title}",
                     "value": float(value),
                     "start": int(start * 1000),

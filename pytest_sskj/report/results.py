@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_sskj.records import LIST_FIELDS, METRIC_FIELDS, ROW_FIELDS, point_key
 from pytest_sskj.report.scrub import scrub
-from pytest_sskj.rundir import atomic_write_text
+from pytest_sskj.rundir import RunLayout, atomic_write_text
 
 __all__ = [
     "METRIC_FIELDS",
@@ -192,12 +192,14 @@ def read_results(run_dir: Path) -> ReadBack:
     """Rows of ``run_dir``: from the journal, else ``results.json``, else ``results.csv``; never raises on
     damaged files (what was skipped or recovered is listed in ``problems``)."""
     out = ReadBack()
-    for name, reader in (
-        ("results.jsonl", _read_journal),
-        ("results.json", _read_json_list),
-        ("results.csv", _read_csv),
+    layout = RunLayout(run_dir)
+    for path, reader in (
+        (layout.results_journal, _read_journal),
+        (layout.results_json, _read_json_list),
+        (layout.results_csv, _read_csv),
     ):
-        rows = reader(run_dir / name, out.problems)
+        name = path.name
+        rows = reader(path, out.problems)
         if rows is not None:
             out.rows, out.source = _dedupe(rows), name
             if out.problems:
@@ -210,8 +212,10 @@ def read_results(run_dir: Path) -> ReadBack:
 def read_verdicts(run_dir: Path) -> ReadBack:
     """Verdicts of ``run_dir`` from ``verdicts.jsonl``, else ``verdicts.json`` (damage tolerated)."""
     out = ReadBack()
-    for name, reader in (("verdicts.jsonl", _read_journal), ("verdicts.json", _read_json_list)):
-        rows = reader(run_dir / name, out.problems)
+    layout = RunLayout(run_dir)
+    for path, reader in ((layout.verdicts_journal, _read_journal), (layout.verdicts_json, _read_json_list)):
+        name = path.name
+        rows = reader(path, out.problems)
         if rows is not None:
             out.rows, out.source = rows, name
             return out
@@ -224,23 +228,15 @@ class ResultsWriter:
     def __init__(self, run_dir: Path, *, secrets: Iterable[str] = ()) -> None:
         self.run_dir = Path(run_dir)
         self.secrets = tuple(secrets)
-
-    @property
-    def results_json(self) -> Path:
-        return self.run_dir / "results.json"
-
-    @property
-    def results_csv(self) -> Path:
-        return self.run_dir / "results.csv"
-
-    @property
-    def verdicts_json(self) -> Path:
-        return self.run_dir / "verdicts.json"
+        self.layout = RunLayout(self.run_dir)
+        self.results_json = self.layout.results_json
+        self.results_csv = self.layout.results_csv
+        self.verdicts_json = self.layout.verdicts_json
 
     def add_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """Record one point/repeat row (redacted) and rewrite ``results.json``/``results.csv``."""
         clean = _normalize(row, self.secrets)
-        journal = self.run_dir / "results.jsonl"
+        journal = self.layout.results_journal
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with _lock(journal):
             _append_line(journal, clean)
@@ -250,7 +246,7 @@ class ResultsWriter:
     def add_verdict(self, verdict: Mapping[str, Any]) -> dict[str, Any]:
         """Record one verdict (redacted) and rewrite ``verdicts.json``."""
         clean: dict[str, Any] = _finite(scrub(dict(verdict), self.secrets))
-        journal = self.run_dir / "verdicts.jsonl"
+        journal = self.layout.verdicts_journal
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with _lock(journal):
             _append_line(journal, clean)

@@ -76,7 +76,7 @@ def test_cli_import_history_and_compare_print_both_runs(tmp_path: Path, capsys: 
     assert capsys.readouterr().out.splitlines()[0].startswith("run_id,started_at,tags,platform")
     assert main(["compare", "runA", "runB", "--reports-dir", str(reports)]) == 0
     out = capsys.readouterr().out
-    assert "input TPS" in out and "−50." in out and "worse" in out, f"expected a -50 % input TPS delta, saw:\n{out}"
+    assert "Input TPS" in out and "−50." in out and "worse" in out, f"expected a -50 % Input TPS delta, saw:\n{out}"
 
 
 def test_compare_refuses_runs_of_another_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,7 +111,7 @@ def test_export_writes_the_users_jsonl_shapes(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["adaptive_points.jsonl", "adaptive_shapes.jsonl", "run_manifest.json"]
     points = [json.loads(line) for line in paths[0].read_text().splitlines()]
     assert len(points) == 2 and list(points[0]) == list(POINT_FIELDS)
-    assert points[0]["slo_met"] is True and points[0]["slo"] == {"ttft_p95_ms<30000": True}
+    assert points[0]["slo_met"] is True and points[0]["slo"] == {"p95_ttft_ms<30000": True}
     assert points[0]["tpot_p95_ms"] is None, "an undefined metric is null, never 0"
     shapes = [json.loads(line) for line in paths[1].read_text().splitlines()]
     assert len(shapes) == 1 and shapes[0]["best_concurrency"] == 8 and shapes[0]["input_throughput_at_best"] == 110.0

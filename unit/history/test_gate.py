@@ -39,7 +39,7 @@ def _base(tps: list[float], ttft: list[float] | None = None) -> Baseline:
 def test_same_config_within_the_baseline_spread_passes() -> None:
     out = judge_config(CFG, _rows([96.0, 101.0, 99.0]), _base([100.0, 104.0, 95.0]), margin_pct=5.0)
     assert out.status == "passed", out.message
-    assert out.message.startswith("within tolerance of release v1.3: input TPS regressed 1.0 % since release v1.3")
+    assert out.message.startswith("within tolerance of release v1.3: Input TPS regressed 1.0 % since release v1.3")
 
 
 def test_a_slowdown_beyond_spread_and_margin_is_a_regression_in_the_users_words() -> None:
@@ -48,7 +48,7 @@ def test_a_slowdown_beyond_spread_and_margin_is_a_regression_in_the_users_words(
     )
     assert out.status == "regression", out.message
     assert (
-        "input TPS regressed 40.0 % since release v1.3 (100 -> 60, median of 3 vs 3 repeats; tolerance " in out.message
+        "Input TPS regressed 40.0 % since release v1.3 (100 -> 60, median of 3 vs 3 repeats; tolerance " in out.message
     )
     assert "TTFT P95 regressed 30.0 % since release v1.3" in out.message, out.message
     tps = out.metrics[0]
@@ -127,3 +127,18 @@ def test_bad_baseline_and_database_options_are_usage_errors(pytester: pytest.Pyt
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--sskj-db: 'mysql://u:***REDACTED***@h/d': database 'mysql' is not supported*"])
     assert "hunter22" not in res.stderr.str()
+
+
+def test_client_bound_repeats_void_the_claim_they_could_fake() -> None:
+    slow = _rows([50.0, 51.0, 49.0])
+    slow[1]["client_bound"], slow[1]["point_id"] = True, "parallel-chunk256-c8-r2"
+    out = judge_config(CFG, slow, _base([100.0, 101.0, 99.0]), margin_pct=5.0)
+    assert out.status == "inconclusive", out.message
+    assert "this run's repeat(s) parallel-chunk256-c8-r2 were client-bound" in out.message
+    base = _rows([100.0, 101.0, 99.0])
+    base[0]["client_bound"], base[0]["point_id"] = True, "parallel-chunk256-c8-r1"
+    bound_base = Baseline("v1.3", "runA", "release v1.3", FACTS, tuple(base), "test")
+    slow[1]["client_bound"] = False
+    assert judge_config(CFG, slow, bound_base, margin_pct=5.0).status == "regression", "a lower bound still regressed"
+    same = judge_config(CFG, _rows([100.0, 100.0, 100.0]), bound_base, margin_pct=5.0)
+    assert same.status == "inconclusive" and "release v1.3's repeat(s) parallel-chunk256-c8-r1" in same.message

@@ -43,7 +43,7 @@ def test_second_report_shows_the_first_run_in_each_tests_history(tmp_path: Path)
     first = _session(tmp_path, "h1")
     perf = json.loads((first / "sskj-h1-perf.json").read_text())
     keys = {p["key"] for p in perf}
-    assert "marlin chunk 8K C=8 input TPS" in keys and all(p["value"] > 0 for p in perf), keys
+    assert "marlin chunk 8K C=8 Input TPS" in keys and all(p["value"] > 0 for p in perf), keys
     render_html(first, tmp_path / "h1.html", history=history)
     # the second run measures other values: the metric parameters differ, the history ids must not
     (tmp_path / "acceptance" / "test_inner.py").write_text(INNER.replace("1.1 if backend", "1.3 if backend"))
@@ -55,5 +55,5 @@ def test_second_report_shows_the_first_run_in_each_tests_history(tmp_path: Path)
     assert len(entries) == 2, f"expected one history entry per rendered report, saw {len(entries)}"
     ids = [set(e["testResults"]) for e in entries]
     assert ids[0] == ids[1], "metric values must not change a test's history id"
-    tps = [e["metrics"]["flashinfer_mxfp4 chunk 8K C=8 input TPS"] for e in entries]
+    tps = [e["metrics"]["flashinfer_mxfp4 chunk 8K C=8 Input TPS"] for e in entries]
     assert tps == [pytest.approx(2935.02 * 1.1), pytest.approx(2935.02 * 1.3)], f"expected the trend, saw {tps}"
