@@ -76,9 +76,7 @@ def test_two_runs_history_compare_and_the_baseline_gate(
     out = capsys.readouterr().out
     assert "compare run first (run first) -> run second (run second)" in out and "TTFT P95" in out, out
 
-    slow = _acceptance(
-        pytester, "slow", "--sskj-baseline", "first", "--sskj-server-arg=--ubatch=32"
-    )
+    slow = _acceptance(pytester, "slow", "--sskj-baseline", "first", "--sskj-server-arg=--ubatch=32")
     verdict = _baseline_verdicts(reports / "slow")[0]
     assert verdict["outcome"] == "regression", f"expected the planted slowdown to regress: {verdict['message']}"
     outcomes = slow.parseoutcomes()
