@@ -128,6 +128,11 @@ def _release(args: argparse.Namespace) -> int:
             _out(json.dumps({"verdict": "release", "tag": args.tag, "run_id": runs, "path": str(out)}))
         else:
             _out(f"marked run {runs} as release {args.tag}: {out}")
+        from pytest_sskj.history.cli import record_release
+
+        note = record_release(reports, args.tag)
+        if note and not args.json:
+            _out(note)
         return 0
     if args.action == "list":
         marks = release.list_releases(reports)

@@ -151,6 +151,27 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def record_release(reports: Path, tag: str) -> str:
+    """After ``release mark``: the tag into the results database (``$SSKJ_DB`` or the default file), so
+    ``history --tag`` and ``--sskj-baseline TAG`` find it from any machine; a note, never a failure."""
+    from pytest_sskj.history.db import ResultsDB, display_url, resolve_url
+    from pytest_sskj.history.importer import release_marks
+    from pytest_sskj.report.redact import redact_text
+
+    mark = next((m for m in release_marks(reports) if m["tag"] == tag), None)
+    url = resolve_url(os.environ.get("SSKJ_DB"), reports) if mark else None
+    if mark is None or url is None:
+        return ""
+    try:
+        db = ResultsDB(url)
+        for rid in mark["run_ids"]:
+            db.put_tag(tag, rid, mark.get("marked_at"))
+        db.close()
+    except Exception as exc:  # the mark file is the record; the database is a copy
+        return f"note: tag not written to {display_url(url)} ({redact_text(str(exc)).splitlines()[0][:200]})"
+    return f"tag {tag} recorded in {display_url(url)}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Dispatch one parsed history subcommand."""
     handler = {"db": _import, "history": _history, "compare": _compare, "export": _export}[args.command]

@@ -116,3 +116,24 @@ def test_export_writes_the_users_jsonl_shapes(tmp_path: Path) -> None:
     shapes = [json.loads(line) for line in paths[1].read_text().splitlines()]
     assert len(shapes) == 1 and shapes[0]["best_concurrency"] == 8 and shapes[0]["input_throughput_at_best"] == 110.0
     assert json.loads(paths[2].read_text())["run_id"] == "runA"
+
+
+def test_a_release_mark_is_recorded_as_a_tag_the_baseline_can_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_sskj.history.cli import record_release
+    from pytest_sskj.history.gate import resolve_baseline
+
+    reports = tmp_path / "reports"
+    run_dir = make_run(reports, "runA", [100.0, 101.0])
+    db = ResultsDB(_sqlite(tmp_path))
+    import_run(db, run_dir)
+    (reports / "releases").mkdir()
+    (reports / "releases" / "v2.0.json").write_text(json.dumps({"tag": "v2.0", "run_id": ["runA"], "marked_at": "t"}))
+    monkeypatch.delenv("SSKJ_DB", raising=False)
+    assert record_release(reports, "v2.0") == f"tag v2.0 recorded in sqlite:///{reports / 'results.sqlite'}"
+    assert db.tagged("v2.0") == ["runA"] and db.last_release() == "v2.0"
+    (reports / "releases" / "v2.0.json").unlink()  # another machine: only the database knows the tag
+    base = resolve_baseline("v2.0", tmp_path / "elsewhere", db)
+    assert (base.run_id, base.label, len(base.rows)) == ("runA", "release v2.0", 2)
+    assert resolve_baseline("last-release", tmp_path / "elsewhere", db).run_id == "runA"
