@@ -177,16 +177,19 @@ def ttft_samples(paths: Iterable[Path]) -> list[float]:
     return out
 
 
-def find_request_files(run_dir: Path, backends: Iterable[str]) -> dict[str, list[Path]]:
-    """``requests.jsonl`` files under ``run_dir`` by backend: the longest backend name in the path wins."""
-    names = sorted(set(backends), key=len, reverse=True)
+def find_request_files(run_dir: Path, rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Path]]:
+    """The per-request files of ``rows`` by each row's own ``backend``: its ``request_file`` (relative to
+    ``run_dir``), else (rows written before schema ``sskj-row/2``) the run store's file of its ``point_id``;
+    rows whose file is missing are left out.  Nothing is inferred from path names."""
+    from pytest_sskj.rundir import RunLayout
+
+    layout = RunLayout(run_dir)
     found: dict[str, list[Path]] = {}
-    for path in sorted(run_dir.rglob("requests.jsonl")):
-        rel = str(path.relative_to(run_dir))
-        for b in names:
-            if b in rel:
-                found.setdefault(b, []).append(path)
-                break
+    for r in rows:
+        rel = r.get("request_file")
+        path = run_dir / str(rel) if rel else layout.request_file(str(r.get("point_id"))) if r.get("point_id") else None
+        if path is not None and path.is_file() and r.get("backend") is not None:
+            found.setdefault(str(r["backend"]), []).append(path)
     return found
 
 
@@ -282,8 +285,7 @@ def render_all(
         plot_throughput_vs_chunk(rows, plots / "throughput_vs_chunk.png"),
         plot_ttft_vs_concurrency(rows, plots / "ttft_vs_concurrency.png"),
     ]
-    names = [*backends, *(str(r.get("backend")) for r in rows if r.get("backend"))]
-    files = find_request_files(run_dir, names)
+    files = find_request_files(run_dir, rows)
     written.append(plot_ttft_cdf({b: ttft_samples(ps) for b, ps in files.items()}, plots / "ttft_cdf.png"))
     for i, v in enumerate(x for x in verdicts if x.get("kind") == "search"):
         written.append(plot_search(v, plots / search_plot_name(i, v), slo))
