@@ -25,7 +25,11 @@ SCHEMA_REVISION = "0001"
 
 def define_v1(md: MetaData) -> tuple[Table, Table, Table, Table]:
     """The v1 tables on ``md`` (migration ``0001`` creates exactly these)."""
-    runs_t = Table(
+    return _runs_v1(md), _points_v1(md), _verdicts_v1(md), _tags_v1(md)
+
+
+def _runs_v1(md: MetaData) -> Table:
+    return Table(
         "runs",
         md,
         Column("run_id", String(128), primary_key=True),
@@ -45,7 +49,10 @@ def define_v1(md: MetaData) -> tuple[Table, Table, Table, Table]:
         Column("run_dir", Text),
         Column("schema_version", String(40)),
     )
-    points_t = Table(
+
+
+def _points_v1(md: MetaData) -> Table:
+    return Table(
         "points",
         md,
         Column("run_id", String(128), primary_key=True),
@@ -72,7 +79,10 @@ def define_v1(md: MetaData) -> tuple[Table, Table, Table, Table]:
         Column("row", JSON),
         Column("schema_version", String(40)),
     )
-    verdicts_t = Table(
+
+
+def _verdicts_v1(md: MetaData) -> Table:
+    return Table(
         "verdicts",
         md,
         Column("run_id", String(128), primary_key=True),
@@ -83,14 +93,16 @@ def define_v1(md: MetaData) -> tuple[Table, Table, Table, Table]:
         Column("message", Text),
         Column("record", JSON),
     )
-    tags_t = Table(
+
+
+def _tags_v1(md: MetaData) -> Table:
+    return Table(
         "tags",
         md,
         Column("tag", String(128), primary_key=True),
         Column("run_id", String(128), primary_key=True),
         Column("marked_at", String(40)),
     )
-    return runs_t, points_t, verdicts_t, tags_t
 
 
 metadata = MetaData()

@@ -261,76 +261,8 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def render_summary(
-    rows: Sequence[Mapping[str, Any]],
-    verdicts: Sequence[Mapping[str, Any]],
-    *,
-    manifest: Mapping[str, Any] | None = None,
-    baseline: str | None = None,
-    plots: Sequence[Path] = (),
-    problems: Sequence[str] = (),
-) -> str:
-    """The Markdown text of ``summary.md``."""
-    m = manifest or {}
-    settings = m.get("settings") if isinstance(m.get("settings"), Mapping) else {}
-    assert isinstance(settings, Mapping)
-    if baseline is None and settings.get("backends"):
-        baseline = str(next(iter(settings["backends"])))
-    lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
-    facts = [
-        ("status", m.get("status")),
-        ("engine", settings.get("engine")),
-        ("model", settings.get("model_name") or settings.get("model_path")),
-        ("platform", settings.get("platform")),
-        ("started", m.get("start_iso")),
-        ("ended", m.get("end_iso")),
-    ]
-    if settings.get("tp"):
-        facts.append(
-            ("parallel", f"TP{settings.get('tp')}/EP{settings.get('ep')}/DP{settings.get('dp')}/PP{settings.get('pp')}")
-        )
-    if settings.get("isl"):
-        facts.append(
-            (
-                "shape",
-                f"ISL {settings.get('isl')} / OSL {settings.get('osl')}, "
-                f"{settings.get('requests')} requests x {settings.get('repeats')} repeats",
-            )
-        )
-    lines += [f"- {k}: {v}" for k, v in facts if v not in (None, "")]
-    if problems:
-        lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
-    points = summarize_points(rows, baseline)
-    lines += ["", "## Serving points (median of passed repeats)", ""]
-    if points:
-        lines += _table(
-            [*MEDIANS_HEADER, "Repeats passed"], ([*medians_cells(p), f"{p.passed}/{p.repeats}"] for p in points)
-        )
-    else:
-        lines.append("No serving point finished.")
-    failed = [r for r in rows if r.get("status") not in ("passed", None)]
-    if failed:
-        lines += ["", "## Points that did not pass", ""]
-        lines += _table(
-            ["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
-            (
-                [
-                    r.get("backend"),
-                    format_chunk(r.get("chunk")),
-                    r.get("concurrency"),
-                    r.get("repeat"),
-                    r.get("status"),
-                    "; ".join(map(str, r.get("reasons") or [])) or "-",
-                ]
-                for r in failed
-            ),
-        )
-    if verdicts:
-        lines += ["", "## Verdicts", ""]
-        lines += _table(
-            ["Kind", "Subject", "Result", "Details"],
-            ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
-        )
+def _search_and_gate_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines: list[str] = []
     searches = [v for v in verdicts if v.get("kind") == "search"]
     if searches:
         lines += ["", "## Concurrency search", ""]
@@ -368,6 +300,84 @@ def render_summary(
                 for v, g in gates
             ),
         )
+    return lines
+
+
+def _facts(m: Mapping[str, Any], settings: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    facts = [
+        ("status", m.get("status")),
+        ("engine", settings.get("engine")),
+        ("model", settings.get("model_name") or settings.get("model_path")),
+        ("platform", settings.get("platform")),
+        ("started", m.get("start_iso")),
+        ("ended", m.get("end_iso")),
+    ]
+    if settings.get("tp"):
+        facts.append(
+            ("parallel", f"TP{settings.get('tp')}/EP{settings.get('ep')}/DP{settings.get('dp')}/PP{settings.get('pp')}")
+        )
+    if settings.get("isl"):
+        facts.append(
+            (
+                "shape",
+                f"ISL {settings.get('isl')} / OSL {settings.get('osl')}, "
+                f"{settings.get('requests')} requests x {settings.get('repeats')} repeats",
+            )
+        )
+    return facts
+
+
+def render_summary(
+    rows: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[Mapping[str, Any]],
+    *,
+    manifest: Mapping[str, Any] | None = None,
+    baseline: str | None = None,
+    plots: Sequence[Path] = (),
+    problems: Sequence[str] = (),
+) -> str:
+    """The Markdown text of ``summary.md``."""
+    m = manifest or {}
+    settings = m.get("settings") if isinstance(m.get("settings"), Mapping) else {}
+    assert isinstance(settings, Mapping)
+    if baseline is None and settings.get("backends"):
+        baseline = str(next(iter(settings["backends"])))
+    lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
+    lines += [f"- {k}: {v}" for k, v in _facts(m, settings) if v not in (None, "")]
+    if problems:
+        lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
+    points = summarize_points(rows, baseline)
+    lines += ["", "## Serving points (median of passed repeats)", ""]
+    if points:
+        lines += _table(
+            [*MEDIANS_HEADER, "Repeats passed"], ([*medians_cells(p), f"{p.passed}/{p.repeats}"] for p in points)
+        )
+    else:
+        lines.append("No serving point finished.")
+    failed = [r for r in rows if r.get("status") not in ("passed", None)]
+    if failed:
+        lines += ["", "## Points that did not pass", ""]
+        lines += _table(
+            ["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
+            (
+                [
+                    r.get("backend"),
+                    format_chunk(r.get("chunk")),
+                    r.get("concurrency"),
+                    r.get("repeat"),
+                    r.get("status"),
+                    "; ".join(map(str, r.get("reasons") or [])) or "-",
+                ]
+                for r in failed
+            ),
+        )
+    if verdicts:
+        lines += ["", "## Verdicts", ""]
+        lines += _table(
+            ["Kind", "Subject", "Result", "Details"],
+            ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
+        )
+    lines += _search_and_gate_lines(verdicts)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
     return "\n".join(lines) + "\n"
