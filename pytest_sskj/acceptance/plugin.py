@@ -317,6 +317,7 @@ class Acceptance:
                 k: v for k, v in out.row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
             }
             metrics["ok"] = out.passed
+            metrics["client_bound"] = bool(out.row.get("client_bound"))
             if not out.passed:
                 metrics["error"] = (out.message.splitlines() or [out.status])[0]
             return metrics
@@ -392,7 +393,13 @@ def sskj_site() -> SiteDefaults:
 # -- hooks -------------------------------------------------------------------------------------------
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
-    if settings is None or not settings.resume or settings.dry_run:
+    if settings is None or settings.dry_run:
+        return
+    from pytest_sskj.acceptance.resume import guard_resume, write_fingerprint
+
+    if not settings.resume:
+        if not hasattr(config, "workerinput"):
+            write_fingerprint(settings)
         return
     d = settings.reports_dir / settings.resume
     if not (d / "points").is_dir() and not (d / "search").is_dir():
@@ -403,6 +410,14 @@ def pytest_configure(config: pytest.Config) -> None:
             else (f"no run under {settings.reports_dir} has finished points; check --reports-dir")
         )
         raise pytest.UsageError(f"--resume {settings.resume}: {d} holds no finished points to resume\n  Hint: {hint}")
+    diffs = guard_resume(settings)
+    if diffs:
+        raise pytest.UsageError(
+            f"--resume {settings.resume}: the run measured something else; its points cannot be reused:\n"
+            + "".join(f"  - {x}\n" for x in diffs)
+            + "  accepted: the run's own settings (see its measurement.json)\n"
+            + "  Hint: drop the changed options to continue the run, or start a new run without --resume"
+        )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

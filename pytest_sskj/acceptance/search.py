@@ -9,7 +9,9 @@ The users' two modes (``run_adaptive_concurrency*.sh``):
 
 The answer is the highest measured concurrency that met the SLO (``None`` if none did).  Every step is
 handed to ``on_step`` as soon as it is measured (the caller writes it to disk), and steps measured by
-an interrupted run can be passed back in ``known`` so a resumed search does not repeat them.  SLO
+an interrupted run can be passed back in ``known`` so a resumed search does not repeat them.  A
+client-bound step (``client_bound`` in its metrics) is an invalid measurement: it is recorded and
+shown, but it is never the answer, never an SLO miss and never the reference of the saturation test.  SLO
 gates name the bench's canonical metrics (``p95_ttft_ms``, :mod:`pytest_sskj.vocabulary`); TPOT is
 undefined, hence not judged, when OSL = 1 (:func:`slo_view`).
 """
@@ -60,11 +62,14 @@ class Step:
     """Gate sentences, and why the step failed when it did (failed requests, crash)."""
     throughput: float | None
     resumed: bool = False
+    client_bound: bool = False
+    """An invalid measurement (the client limited it): never the answer, never a saturation reference."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
             "slo_ok": self.slo_ok,
+            "client_bound": self.client_bound,
             "reasons": list(self.reasons),
             "throughput": self.throughput,
             "resumed": self.resumed,
@@ -91,7 +96,10 @@ class SearchResult:
         return self.floor is None or self.best >= self.floor
 
     def message(self) -> str:
-        trail = ", ".join(f"C={s.concurrency} {'ok' if s.slo_ok else 'MISS'}" for s in self.steps)
+        trail = ", ".join(
+            f"C={s.concurrency} {'client-bound' if s.client_bound else 'ok' if s.slo_ok else 'MISS'}"
+            for s in self.steps
+        )
         best = f"C={self.best}" if self.best is not None else "none"
         floor = f" (floor C={self.floor}: {'met' if self.passed else 'NOT met'})" if self.floor is not None else ""
         return f"{self.mode}: highest concurrency meeting the SLO = {best}{floor}; {self.stop_reason}; steps: {trail}"
@@ -144,7 +152,11 @@ def search(
         if metrics.get("ok") is False:
             ok = False
             reasons.insert(0, str(metrics.get("error") or "requests failed the strict oracle"))
-        s = Step(c, metrics, ok, tuple(reasons), _throughput(metrics), resumed)
+        bound = bool(metrics.get("client_bound"))
+        if bound:
+            ok = False
+            reasons.insert(0, "client-bound: an invalid measurement, not an answer")
+        s = Step(c, metrics, ok, tuple(reasons), _throughput(metrics), resumed, bound)
         steps.append(s)
         if on_step is not None and not resumed:
             on_step(s)
@@ -156,6 +168,9 @@ def search(
         stop = f"reached the maximum C={max_c} (--sskj-search-max)"
         while c <= max_c:
             s = step(c)
+            if s.client_bound:  # invalid: neither an answer nor a miss; measure the next concurrency
+                c *= 2
+                continue
             if not s.slo_ok:
                 stop = f"SLO missed at C={c} ({'; '.join(s.reasons)})"
                 break
@@ -178,6 +193,9 @@ def search(
         s = step(c)
         if s.slo_ok:
             best = c
+            c += 16
+            continue
+        if s.client_bound:
             c += 16
             continue
         if best is None:

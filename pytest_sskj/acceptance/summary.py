@@ -45,7 +45,10 @@ def verdict_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
     for v in verdicts:
         word = "PASS" if v.get("passed") is True else "FAIL" if v.get("passed") is False else "INFO"
-        out.append(f"{word} {v.get('kind', '?')}: {v.get('message', '')}")
+        kind = str(v.get("kind", "?"))
+        if kind == "comparison" and v.get("outcome"):
+            kind += f" [{'A/A control, ' if v.get('control') else ''}{v['outcome']}]"
+        out.append(f"{word} {kind}: {v.get('message', '')}")
     return out
 
 
@@ -64,6 +67,9 @@ def summary_lines(
         for r in not_passed:
             reasons = "; ".join(str(x).splitlines()[0] for x in r.get("reasons") or []) or str(r.get("status"))
             lines.append(f"  {r.get('point_id', r.get('test_id'))}: {r.get('status')}: {reasons}")
+    allowed = [str(r.get("point_id")) for r in rows if r.get("status") == "passed" and r.get("client_bound")]
+    if allowed:
+        lines += ["", f"client-bound points passed only by --sskj-allow-client-bound: {', '.join(allowed)}"]
     vl = verdict_lines(verdicts)
     if vl:
         lines += ["", *vl]

@@ -17,9 +17,10 @@ the lag at that moment, so a lag matters when it is a noticeable share of the la
 event-loop lag at ``lag_quantile`` (P90: the lag one timestamp in ten may carry) must stay below
 ``max(loop_lag_ms, latency_share * median TTFT)``, and the dispatch lag at the same quantile below
 ``max(dispatch_lag_ms, latency_share * median E2E)``: with the 5 % default a 300 ms TTFT tolerates
-15 ms.  An absolute-only threshold (the first version: p99 > 5 ms) marked every point of a loaded
-2-core box client-bound while the client used 2-8 % of a core, because one tick in a hundred waited
-for the shared CPU; the client was not what limited those measurements.  A client whose own thread is
+15 ms; the 10 ms floors sit above the platform's own timer noise (an idle ticker alone on the loaded
+2-core VM sees p90 2-3 ms), which is not the client's doing.  An absolute-only threshold (the first
+version: p99 > 5 ms) marked every point of a loaded 2-core box client-bound while the client used 2-8 %
+of a core, because one tick in a hundred waited for the shared CPU.  A client whose own thread is
 busy more than ``cpu_share`` of the time is client-bound regardless.
 """
 
@@ -40,8 +41,9 @@ __all__ = ["SaturationMonitor", "SaturationThresholds"]
 class SaturationThresholds:
     """Allowances; above any of them the run is marked client-bound (see the module docstring)."""
 
-    loop_lag_ms: float = 5.0
-    """Event-loop lag (at ``lag_quantile``) always tolerated, whatever the latencies."""
+    loop_lag_ms: float = 10.0
+    """Event-loop lag (at ``lag_quantile``) always tolerated, whatever the latencies: above the platform's
+    own timer noise (an idle asyncio ticker on the shared 2-core VM: p90 2-3 ms, p99 4 ms)."""
     dispatch_lag_ms: float = 10.0
     """Dispatch lag (at ``lag_quantile``) always tolerated."""
     cpu_share: float = 0.9

@@ -218,9 +218,13 @@ class Reporter:
         self.outcomes.selection.update(
             args=[scrub_text(str(a), self.secrets) for a in self.config.invocation_params.args],
             rootdir=str(self.config.rootpath),
+            paths=[str(a) for a in (getattr(opt, "file_or_dir", None) or [])],
             keyword=str(getattr(opt, "keyword", "") or ""),
             markexpr=str(getattr(opt, "markexpr", "") or ""),
             deselect=[str(x) for x in (getattr(opt, "deselect", None) or [])],
+            ignore=[
+                str(x) for x in (*(getattr(opt, "ignore", None) or []), *(getattr(opt, "ignore_glob", None) or []))
+            ],
             lf=bool(getattr(opt, "lf", False)),
             maxfail=int(getattr(opt, "maxfail", 0) or 0),
             xdist=bool(self.config.pluginmanager.hasplugin("dsession")),

@@ -189,12 +189,18 @@ def _selection_reasons(selection: Mapping[str, Any], suite: str, ran: int) -> li
             out.append(f"required suite {suite!r} did not run in full: selected with {opt} {selection[key]!r}")
     if selection.get("deselect"):
         out.append(f"required suite {suite!r} did not run in full: --deselect {', '.join(selection['deselect'])}")
+    rootdir = str(selection.get("rootdir") or "")
+    for ign in selection.get("ignore") or []:
+        rel = str(ign).replace("\\", "/")
+        rel = rel[len(rootdir) :].lstrip("/") if rootdir and rel.startswith(rootdir) else rel.lstrip("./")
+        if rel == suite or rel.startswith(f"{suite}/"):
+            out.append(f"required suite {suite!r} did not run in full: --ignore {ign}")
     if selection.get("lf"):
         out.append(f"required suite {suite!r} did not run in full: --lf reran only the last failures")
     deselected = int((selection.get("deselected") or {}).get(suite, 0))
     if deselected:
         out.append(f"required suite {suite!r} did not run in full: {deselected} test(s) deselected")
-    for arg in selection.get("args") or []:
+    for arg in selection.get("paths", selection.get("args")) or []:
         path = str(arg).split("::", 1)[0].replace("\\", "/").strip("/")
         if path.startswith(f"{suite}/") and path != suite:
             out.append(f"required suite {suite!r} did not run in full: only {arg!r} was selected")

@@ -217,7 +217,12 @@ def read_verdicts(run_dir: Path) -> ReadBack:
         name = path.name
         rows = reader(path, out.problems)
         if rows is not None:
-            out.rows, out.source = rows, name
+            # a resumed run judges a verdict again: the latest record of each (kind, id) wins
+            latest: dict[tuple[str, str], dict[str, Any]] = {}
+            for i, v in enumerate(rows):
+                key = (str(v.get("kind")), str(v.get("id"))) if v.get("id") is not None else ("", str(i))
+                latest[key] = v
+            out.rows, out.source = list(latest.values()), name
             return out
     return out
 

@@ -235,7 +235,10 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
 
 def _verdict_word(v: Mapping[str, Any]) -> str:
     p = v.get("passed")
-    return "PASS" if p is True else "FAIL" if p is False else "n/a"
+    word = "PASS" if p is True else "FAIL" if p is False else "n/a"
+    if v.get("kind") == "comparison" and v.get("outcome"):  # better / worse / equivalent / inconclusive / ...
+        word += f" ({'A/A, ' if v.get('control') else ''}{v['outcome']})"
+    return word
 
 
 def _subject(v: Mapping[str, Any]) -> str:
@@ -276,7 +279,14 @@ def _search_and_gate_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
                     _num(v.get("best_concurrency", v.get("best"))),
                     _num(v.get("floor")),
                     ", ".join(
-                        f"C={s.get('concurrency')} {'ok' if s.get('passed', s.get('slo_ok')) else 'MISS'}"
+                        f"C={s.get('concurrency')} "
+                        + (
+                            "client-bound"
+                            if s.get("client_bound")
+                            else "ok"
+                            if s.get("passed", s.get("slo_ok"))
+                            else "MISS"
+                        )
                         for s in v.get("steps") or []
                         if isinstance(s, Mapping)
                     ),
@@ -365,7 +375,7 @@ def render_summary(
                     format_chunk(r.get("chunk")),
                     r.get("concurrency"),
                     r.get("repeat"),
-                    r.get("status"),
+                    f"{r.get('status')} ({r['category']})" if r.get("category") else r.get("status"),
                     "; ".join(map(str, r.get("reasons") or [])) or "-",
                 ]
                 for r in failed

@@ -279,6 +279,13 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="llama.cpp threadpool busy-poll level 0-100 (0: sleep, friendly to shared CPUs)",
     )
+    s.add_argument(
+        "--nice",
+        type=int,
+        default=10,
+        help="niceness increment of the server process (default 10): on a CPU box the server shares cores "
+        "with the benchmark client, which must not wait behind the server it measures (client-bound points)",
+    )
     s.add_argument("--alias", default=None, help="model name served by /v1/models")
     s.add_argument("--no-metrics", action="store_true", help="disable the Prometheus /metrics endpoint")
     m = sub.add_parser("make-model", help="write the tiny GGUF model")
@@ -306,6 +313,8 @@ def _serve(a: argparse.Namespace) -> int:
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     threads = max(1, a.threads)
+    if a.nice:
+        os.nice(a.nice)  # before the server starts its threads: they inherit it
     p = xlc.CommonParams()
     p.model.path = str(a.model)
     if a.alias:

@@ -119,3 +119,19 @@ def test_resume_reuses_known_steps_and_reports_only_new_ones() -> None:
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown search mode 'binary'"):
         search("binary", _server(1), SLO, osl=1, max_c=8)
+
+
+def test_search_never_takes_a_client_bound_step_as_its_answer() -> None:
+    inner = _server(capacity=50)
+
+    def measure(c: int) -> dict[str, Any]:
+        m = inner(c)
+        if c in (1, 8):  # invalid measurements: the client limited them
+            m.update(client_bound=True, ok=False, error="[client-bound] evidence")
+        return m
+
+    r = search("double", measure, SLO, osl=16, max_c=8)
+    assert r.best == 4, f"expected the best valid step C=4 (C=8 was client-bound), saw {r.best}: {r.message()}"
+    assert [s.concurrency for s in r.steps if s.client_bound] == [1, 8]
+    assert "C=1 client-bound" in r.message() and "C=8 client-bound" in r.message()
+    assert not any(s.slo_ok for s in r.steps if s.client_bound)

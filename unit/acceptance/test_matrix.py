@@ -71,7 +71,7 @@ def test_grouped_order_starts_each_server_spec_once(pytester: pytest.Pytester) -
 
 
 def test_embedded_repeats_are_interleaved_abab(pytester: pytest.Pytester) -> None:
-    s = _settings(pytester, "--chunk", "512")
+    s = _settings(pytester, "--chunk", "512", "--backend", "parallel,serial")  # names given: the default changed
     assert matrix.interleaves(s)
     order = matrix.execution_order(matrix.build_points(s), interleave=True)
     assert [p.id for p in order] == [
@@ -92,9 +92,38 @@ def test_single_backend_and_target_url_do_not_interleave(pytester: pytest.Pytest
 
 
 def test_curves_and_search_configs_cover_every_backend(pytester: pytest.Pytester) -> None:
-    s = _settings(pytester, "--chunk", "256,512", "--concurrency", "4,8")
+    s = _settings(pytester, "--chunk", "256,512", "--concurrency", "4,8", "--backend", "parallel,serial")
     assert [c.id for c in matrix.curves(s)] == ["parallel-c4", "parallel-c8", "serial-c4", "serial-c8"]
     assert matrix.curves(s)[0].chunks == (256, 512)
     assert matrix.search_configs(s) == [("parallel", 256), ("serial", 256), ("parallel", 512), ("serial", 512)]
     search_point = matrix.Point("serial", 512, 32, 0, 0, kind="search")
     assert search_point.id == "serial-chunk512-c32-search"
+
+
+def test_a_backend_named_twice_is_an_aa_control_on_two_separate_servers(pytester: pytest.Pytester) -> None:
+    from pytest_sskj.server.spec import spec_from_settings
+
+    s = _settings(pytester, "--chunk", "512", "--backend", "parallel,parallel,serial")
+    assert matrix.arms(s.backends) == ("parallel", "parallel@2", "serial")
+    order = matrix.execution_order(matrix.build_points(s), interleave=matrix.interleaves(s))
+    assert [p.id for p in order[:3]] == [
+        "parallel-chunk512-c8-r1",
+        "parallel@2-chunk512-c8-r1",
+        "serial-chunk512-c8-r1",
+    ]
+    comps = matrix.comparisons(s)
+    assert [(c.id, c.is_control) for c in comps] == [
+        ("parallel@2-vs-parallel-chunk512-c8", True),
+        ("serial-vs-parallel-chunk512-c8", False),
+    ], "the A/A control comes first so its noise floor is known before the candidate is judged"
+    one = spec_from_settings(s, backend="parallel", chunk=512)
+    two = one.with_(instance=matrix.arm_instance("parallel@2"))
+    assert matrix.arm_backend("parallel@2") == "parallel" and two.instance == 1
+    assert one != two and one.key() != two.key(), "the pool must launch the A/A arm as its own server"
+
+
+def test_a_backend_named_three_times_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    res = pytester.runpytest("--backend", "parallel,parallel,parallel")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()
+    assert "lists a name more than twice (twice is an A/A control)" in res.stdout.str() + res.stderr.str()

@@ -242,3 +242,42 @@ def test_prompts_are_identical_across_backends_and_fresh_across_concurrencies(
     assert a == b, "A and B must see identical prompts (same seed, same shape)"
     assert a.seed != c16.seed, "a server reused across concurrencies must not see the same prompts again"
     assert run.workload(Point("x", 512, 32, 0, 0, kind="search")).requests == 64, "search steps send >= 2*C requests"
+
+
+def _bound_bench(urls: list[str], workload: Any, out_dir: Path, **kw: Any) -> FakeResult:
+    r = good_bench(urls, workload, out_dir, **kw)
+    r.metrics["client_bound_reasons"] = "event-loop lag p90 41.83 ms > 10.00 ms allowed"
+    r.client_bound = True
+    return r
+
+
+def test_client_bound_point_fails_with_its_category_and_evidence(
+    runner: tuple[PointRunner, list[dict[str, Any]]],
+) -> None:
+    run, _ = runner
+    out = run.run(_p(), FakePool(), _bound_bench)
+    assert not out.passed and out.row["category"] == "client-bound", out.row
+    assert out.message.startswith("[client-bound] serial-chunk512-c8-r1 is not a valid measurement"), out.message
+    assert "event-loop lag p90 41.83 ms > 10.00 ms allowed" in out.message, "the evidence belongs in the message"
+    assert "--sskj-allow-client-bound" in out.message
+
+
+def test_allow_client_bound_passes_the_point_and_keeps_the_flag(
+    runner: tuple[PointRunner, list[dict[str, Any]]],
+) -> None:
+    run, _ = runner
+    run.settings = replace(run.settings, allow_client_bound=True)
+    out = run.run(_p(), FakePool(), _bound_bench)
+    assert out.passed and out.row["client_bound"] is True, out.row
+    assert "allowed by --sskj-allow-client-bound" in out.row["notes"][0]
+
+
+def test_a_measured_again_point_replaces_the_old_attempts_files(
+    runner: tuple[PointRunner, list[dict[str, Any]]],
+) -> None:
+    run, _ = runner
+    d = run.store.point_dir("serial-chunk512-c8-r1")
+    (d / "requests.jsonl").write_text('{"aborted": 1}\n' * 41)
+    out = run.run(_p(), FakePool(), good_bench)
+    assert out.passed
+    assert not (d / "requests.jsonl").exists(), "the aborted attempt's request lines must not survive"

@@ -40,6 +40,12 @@ def _run(pytester: pytest.Pytester, run_id: str | None, *args: str, plugin: str 
         "512",
         "--sskj-search",
         "none",
+        # the fault tests name the variants and C they were written for (the embedded default A/B is now
+        # microbatch vs parallel at C=16; test_default_* below runs it)
+        "--backend",
+        "parallel,serial",
+        "--concurrency",
+        "8",
         *extra,
         *args,
         timeout=300,
@@ -171,12 +177,12 @@ def test_slo_violation_and_failing_comparison_give_their_verdicts_and_messages(p
     assert "[slo] parallel-chunk512-c8 misses the SLO (p95_ttft_ms<1, p95_tpot_ms<0.001)" in out
     c = _verdict(pytester, "gate", "comparison-serial-vs-parallel-chunk512-c8")
     assert c["outcome"] == "worse" and c["passed"] is False
-    assert "[regression] serial vs parallel: " in out and "% input TPS (95 % CI " in out, out[-3000:]
-    assert "serial does not beat parallel by at least 5000 %" in out
+    assert "[regression] serial vs parallel: " in out and "% Input TPS (95 % CI " in out, out[-3000:]
+    assert "serial does not beat parallel by 5000 %: Input TPS below it" in out, out[-3000:]
 
 
 def test_default_comparison_is_recorded_and_resume_repeats_no_point(pytester: pytest.Pytester) -> None:
-    first = _run(pytester, "mx", "-k", "test_serving or test_backend_comparison")
+    first = _run(pytester, "mx", "-k", "test_serving or test_backend_comparison", "--sskj-compare-expect", "report")
     seen = first.parseoutcomes()
     # (serving points are not asserted to pass here: that is test_serving's business, not resume's)
     assert seen.get("skipped") == 1 and seen.get("passed", 0) + seen.get("failed", 0) == 4, seen
@@ -191,7 +197,16 @@ def test_default_comparison_is_recorded_and_resume_repeats_no_point(pytester: py
     )
     path = pytester.path / "reports" / "mx" / "points" / "parallel-chunk512-c8-r1" / "result.json"
     stamp = path.stat().st_mtime_ns
-    again = _run(pytester, None, "-k", "test_serving or test_backend_comparison", "--resume", "mx")
+    again = _run(
+        pytester,
+        None,
+        "-k",
+        "test_serving or test_backend_comparison",
+        "--sskj-compare-expect",
+        "report",
+        "--resume",
+        "mx",
+    )
     assert again.parseoutcomes() == seen, "a resumed run reports the stored verdicts"
     assert path.stat().st_mtime_ns == stamp, "a finished point was measured again on --resume"
     logs = list((pytester.path / "reports" / "mx" / "logs").rglob("*.log"))

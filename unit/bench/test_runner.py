@@ -30,8 +30,11 @@ def test_records_are_on_disk_as_each_request_finishes(tmp_path: Path) -> None:
     with MockServer(MockConfig(ttft_ms=3, itl_ms=1)) as srv:
         r = run_bench(srv.url, W, tmp_path, label="pt", progress=progress)
     assert r.ok, r.failures
-    assert seen[-1] == (12, 14), f"expected 2 warmup + 12 measured lines when done, saw {seen[-1]}"
-    assert all(lines == 2 + done for done, lines in seen), f"a line was not flushed before progress: {seen}"
+    # records are written by the sink's writer thread (a blocking disk write must not stall the client's loop):
+    # on disk while the run goes on, never ahead of the requests, every one of them when the run returns
+    assert all(lines <= 2 + done for done, lines in seen), f"more lines than finished requests: {seen}"
+    assert any(lines > 2 for _, lines in seen[:-1]), f"no measured line reached the disk during the run: {seen}"
+    assert len(path.read_text().splitlines()) == 14, "expected 2 warmup + 12 measured lines after the run"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     assert sum(x["warmup"] for x in rows) == 2 and all(x["label"] == "pt" and x["ok"] for x in rows)
     back = load_records(path)

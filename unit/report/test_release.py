@@ -324,3 +324,20 @@ def test_scope_policy_cpu_accepts_and_lists_hardware_absent_skips_gpu_refuses(
     assert refusal["verdict"] == "refused" and "not accepted by scope 'cpu'" in refusal["reasons"][0], refusal
     assert main(["release", "mark", "--run", "r1", "--tag", "cpu3", "--scope", "cpu", "--json", *base]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "release"
+
+
+def test_ignored_path_of_a_required_suite_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        **{"unit/test_a.py": "def test_a():\n    pass\n", "unit/test_b.py": "def test_b():\n    pass\n"}
+    )
+    pytester.makepyfile(**{"acceptance/test_c.py": "def test_c():\n    pass\n"})
+    pytester.makefile(".toml", release='[release]\nrequired_suites = ["unit", "acceptance"]\n')
+    res = pytester.runpytest(
+        "unit", "acceptance", "--ignore", "unit/test_b.py", "--reports-dir", "rep", "--run-id", "i"
+    )
+    res.assert_outcomes(passed=2)
+    with pytest.raises(ReleaseRefused) as exc:
+        mark("i", "v1", reports_dir=pytester.path / "rep", config=load_config(pytester.path / "release.toml"))
+    assert exc.value.reasons == ["required suite 'unit' did not run in full: --ignore unit/test_b.py"], (
+        exc.value.reasons
+    )
