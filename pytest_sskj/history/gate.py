@@ -85,11 +85,10 @@ def env_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
     pkgs = manifest.get("packages") if isinstance(manifest.get("packages"), Mapping) else {}
     assert isinstance(pkgs, Mapping)
     engine = s.get("engine")
-    version = eng.get("version") or eng.get(str(engine)) or (pkgs.get("xllamacpp") if engine == "embedded" else None)
     return {
         "engine": engine,
-        "engine_version": version,
-        "model": s.get("model_name") or (None if engine == "embedded" else s.get("model_path")),
+        "engine_version": eng.get("version") or eng.get(str(engine)) or _package_version(str(engine), pkgs),
+        "model": s.get("model_name") or s.get("model_path"),
         "platform": s.get("platform"),
         "layout": "/".join(f"{k.upper()}{s.get(k)}" for k in ("tp", "ep", "dp", "pp")),
         "endpoint": s.get("endpoint"),
@@ -106,6 +105,17 @@ def engine_differences(base: Baseline, current: Mapping[str, Any]) -> list[str]:
 
     a, b = base.facts.get("engine_facts") or {}, current.get("engine_facts") or {}
     return [f"engine fact {d}" for d in fact_differences(a, b)] if a and b else []
+
+
+def _package_version(engine: str, packages: Mapping[str, Any]) -> Any:
+    """The recorded version of the engine's first distribution (the registry names them), else ``None``."""
+    from pytest_sskj.engines import UnknownEngine, get_engine
+
+    try:
+        dists = get_engine(engine).versions.distributions
+    except UnknownEngine:
+        return None
+    return next((packages[d] for d in dists if packages.get(d)), None)
 
 
 def incomparable(current: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:

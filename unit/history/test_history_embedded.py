@@ -38,6 +38,8 @@ def _acceptance(pytester: pytest.Pytester, run_id: str, *args: str) -> pytest.Ru
         "3",
         "--chunk",
         "256",
+        "--concurrency",
+        "8",
         "--sskj-search",
         "none",
         "--sskj-allow-client-bound",  # a loaded shared machine: the gate itself calls those repeats inconclusive
