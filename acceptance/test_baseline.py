@@ -39,7 +39,7 @@ def test_baseline(
         pytest.skip(f"not judged: no repeat of {key.id} passed test_serving")
     differ = engine_differences(base, env_facts(read_manifest(sskj_acceptance.settings.run_dir)))
     if differ:
-        pytest.skip(f"not judged: {base.label} (run {base.run_id}) is incomparable: {'; '.join(differ)}")
+        pytest.skip(f"not judged: {base.named} is incomparable: {'; '.join(differ)}")
     config = {"backend": key.backend, "chunk": key.chunk, "concurrency": key.concurrency, "id": key.id}
     out = judge_config(
         config,

@@ -74,6 +74,11 @@ class Baseline:
     samples: Mapping[str, Mapping[str, Sequence[float]]] = field(default_factory=dict)
     """Per-request samples (ms) by point id, for the repeat-level comparison of ``compare``."""
 
+    @property
+    def named(self) -> str:
+        """``release v1.3 (run 20261130-…)`` or ``run 20261130-…``."""
+        return self.label if self.label == f"run {self.run_id}" else f"{self.label} (run {self.run_id})"
+
 
 def env_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """What makes two runs comparable, from a manifest: engine (+ version), model, platform, layout, endpoint,
@@ -320,7 +325,7 @@ def judge_config(
         have = sorted({f"{r.get('backend')}-chunk{r.get('chunk')}-c{r.get('concurrency')}" for r in baseline.rows})
         return GateOutcome(
             "no_match",
-            f"no matching point: {baseline.label} (run {baseline.run_id}) has no passed repeat of {cfg_id} "
+            f"no matching point: {baseline.named} has no passed repeat of {cfg_id} "
             f"(it has: {', '.join(have) or 'no points'})",
         )
     metrics = []

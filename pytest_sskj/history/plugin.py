@@ -218,7 +218,7 @@ def _resolve_gate(config: pytest.Config, settings: Settings, rec: HistoryRecorde
     why = g.refusals(current, base)
     if why:
         raise pytest.UsageError(
-            f"--sskj-baseline {ref}: {base.label} (run {base.run_id}) is not comparable with this run: "
+            f"--sskj-baseline {ref}: {base.named} is not comparable with this run: "
             + "; ".join(why)
             + "\n  accepted: a baseline of the same shape, engine, model, platform, parallel layout and endpoint"
             + "\n  Hint: pick a baseline from `python -m pytest_sskj history` with the same shape"

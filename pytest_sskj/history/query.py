@@ -205,7 +205,7 @@ def render_compare(c: Comparison, fmt: str) -> str:
         )
     from pytest_sskj.acceptance.compare import fmt_pct
 
-    head = [f"compare {c.a.label} (run {c.a.run_id}) -> {c.b.label} (run {c.b.run_id})"]
+    head = [f"compare {c.a.named} -> {c.b.named}"]
     head += [f"INCOMPARABLE: {p}" for p in c.problems]
     rows = []
     for p in c.points:

@@ -116,7 +116,7 @@ def test_bad_baseline_and_database_options_are_usage_errors(pytester: pytest.Pyt
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(
         [
-            "*--sskj-baseline runA: run runA (run runA) is not comparable with this run: the baseline ran "
+            "*--sskj-baseline runA: run runA is not comparable with this run: the baseline ran "
             "ISL 512 / OSL 16, this run ISL 1024 / OSL 16*"
         ]
     )

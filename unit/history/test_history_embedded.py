@@ -76,7 +76,7 @@ def test_two_runs_history_compare_and_the_baseline_gate(
     assert sorted({r["run_id"] for r in rows}) == ["first", "second"]
     assert main(["compare", "first", "second", "--reports-dir", str(reports)]) == 0
     out = capsys.readouterr().out
-    assert "compare run first (run first) -> run second (run second)" in out and "TTFT P95" in out, out
+    assert "compare run first -> run second" in out and "TTFT P95" in out, out
 
     slow = _acceptance(pytester, "slow", "--sskj-baseline", "first", "--sskj-server-arg=--ubatch=32")
     verdict = _baseline_verdicts(reports / "slow")[0]

@@ -33,7 +33,7 @@ def test_postgres_schema_import_history_and_compare(
     assert {r["run_id"] for r in rows} >= {"pgA", "pgB"}
     assert main(["compare", "pgA", "pgB", "--reports-dir", str(tmp_path / "elsewhere")]) == 0
     out = capsys.readouterr().out
-    assert "compare run pgA (run pgA) -> run pgB (run pgB)" in out and "Input TPS" in out, out
+    assert "compare run pgA -> run pgB" in out and "Input TPS" in out, out
     assert main(["db", "import", str(reports / "pgB")]) == 0
     out = capsys.readouterr().out
     assert password not in out and "***REDACTED***" in out, f"expected the URL redacted, saw {out!r}"
