@@ -338,19 +338,25 @@ class PointRunner:
         if row["reasons"]:
             self._fail(outcome, "oracle", row["reasons"].pop())
             return
-        if row.get("client_bound"):
-            evidence = str(row.get("client_bound_reasons") or "flagged by the bench's saturation monitor")
-            if not self.settings.allow_client_bound:
-                self._fail(
-                    outcome,
-                    "client-bound",
-                    f"{cat.CLIENT_BOUND} {point.id} is not a valid measurement: the client, not the server, "
-                    f"limited it ({evidence}); run the client on a less loaded machine or lower --concurrency "
-                    f"(--sskj-allow-client-bound lets it pass; its comparisons stay inconclusive)",
-                )
-                return
-            row["notes"] = [f"client-bound, allowed by --sskj-allow-client-bound: {evidence}"]
+        if row.get("client_bound") and not self._client_bound_allowed(outcome):
+            return
         row["status"] = "passed"
+
+    def _client_bound_allowed(self, outcome: PointOutcome) -> bool:
+        """A client-bound point fails with category ``client-bound`` unless ``--sskj-allow-client-bound``."""
+        row = outcome.row
+        evidence = str(row.get("client_bound_reasons") or "flagged by the bench's saturation monitor")
+        if self.settings.allow_client_bound:
+            row["notes"] = [f"client-bound, allowed by --sskj-allow-client-bound: {evidence}"]
+            return True
+        self._fail(
+            outcome,
+            "client-bound",
+            f"{cat.CLIENT_BOUND} {outcome.point.id} is not a valid measurement: the client, not the server, "
+            f"limited it ({evidence}); run the client on a less loaded machine or lower --concurrency "
+            f"(--sskj-allow-client-bound lets it pass; its comparisons stay inconclusive)",
+        )
+        return False
 
     def _bench_watched(
         self, point: Point, spec: ServerSpec, pool: _Pool, bench: BenchFn, server: Any, out_dir: Path

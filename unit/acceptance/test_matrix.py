@@ -71,7 +71,7 @@ def test_grouped_order_starts_each_server_spec_once(pytester: pytest.Pytester) -
 
 
 def test_embedded_repeats_are_interleaved_abab(pytester: pytest.Pytester) -> None:
-    s = _settings(pytester, "--chunk", "512", "--backend", "parallel,serial")  # names given: the default changed
+    s = _settings(pytester, "--chunk", "512", "--backend", "parallel,serial", "--concurrency", "8")  # default changed
     assert matrix.interleaves(s)
     order = matrix.execution_order(matrix.build_points(s), interleave=True)
     assert [p.id for p in order] == [
@@ -103,7 +103,7 @@ def test_curves_and_search_configs_cover_every_backend(pytester: pytest.Pytester
 def test_a_backend_named_twice_is_an_aa_control_on_two_separate_servers(pytester: pytest.Pytester) -> None:
     from pytest_sskj.server.spec import spec_from_settings
 
-    s = _settings(pytester, "--chunk", "512", "--backend", "parallel,parallel,serial")
+    s = _settings(pytester, "--chunk", "512", "--backend", "parallel,parallel,serial", "--concurrency", "8")
     assert matrix.arms(s.backends) == ("parallel", "parallel@2", "serial")
     order = matrix.execution_order(matrix.build_points(s), interleave=matrix.interleaves(s))
     assert [p.id for p in order[:3]] == [

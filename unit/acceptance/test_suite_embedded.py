@@ -46,6 +46,9 @@ def _run(pytester: pytest.Pytester, run_id: str | None, *args: str, plugin: str 
         "parallel,serial",
         "--concurrency",
         "8",
+        # these tests inject faults into tiny points (TTFT of a few ms) run next to other pytester sessions:
+        # whether the client kept up is not what they check, so a client-bound point may pass here
+        "--sskj-allow-client-bound",
         *extra,
         *args,
         timeout=300,
@@ -176,9 +179,20 @@ def test_slo_violation_and_failing_comparison_give_their_verdicts_and_messages(p
     assert "p95_tpot_ms not judged (undefined for this run)" in v["message"], "OSL 1: TPOT must not be judged"
     assert "[slo] parallel-chunk512-c8 misses the SLO (p95_ttft_ms<1, p95_tpot_ms<0.001)" in out
     c = _verdict(pytester, "gate", "comparison-serial-vs-parallel-chunk512-c8")
-    assert c["outcome"] == "worse" and c["passed"] is False
+    bound = [
+        r
+        for r in ("parallel", "serial")
+        for k in (1, 2)
+        if _row(pytester, "gate", f"{r}-chunk512-c8-r{k}")["client_bound"]
+    ]
+    if bound:  # allowed client-bound repeats make any comparison inconclusive, whatever the numbers
+        assert c["outcome"] == "inconclusive" and "client-bound" in c["message"], (bound, c["message"])
+    else:
+        assert c["outcome"] == "worse", c["message"]
+    assert c["passed"] is False
     assert "[regression] serial vs parallel: " in out and "% Input TPS (95 % CI " in out, out[-3000:]
-    assert "serial does not beat parallel by 5000 %: Input TPS below it" in out, out[-3000:]
+    if not bound:
+        assert "serial does not beat parallel by 5000 %: Input TPS below it" in out, out[-3000:]
 
 
 def test_default_comparison_is_recorded_and_resume_repeats_no_point(pytester: pytest.Pytester) -> None:

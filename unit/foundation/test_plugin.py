@@ -166,7 +166,7 @@ def test_report_header_states_resolved_settings(pytester: pytest.Pytester) -> No
         [
             "sskj: run hdr-1 -> reports*hdr-1",
             "sskj: engine embedded, launcher local, nodes local, TP1/EP1/DP1/PP1",
-            "sskj: backends parallel,serial | chunks 256,512 | C 8 | ISL 1024 OSL 16 | 40 req x 3",
+            "sskj: backends microbatch,parallel | chunks 256,512 | C 16 | ISL 1024 OSL 16 | 40 req x 3",
         ]
     )
 

@@ -18,10 +18,10 @@ def test_defaults_give_the_embedded_cpu_matrix(pytester: pytest.Pytester) -> Non
     s = _settings(pytester)
     assert (s.engine, s.backends, s.isl, s.osl, s.concurrencies, s.requests, s.repeats) == (
         "embedded",
-        ("parallel", "serial"),
+        ("microbatch", "parallel"),  # issue 12: the default A/B has a real winner; C=16 keeps it off client-bound
         512,
         16,
-        (8,),
+        (16,),
         40,
         3,
     )
@@ -104,5 +104,12 @@ def test_env_lists_use_semicolons_for_env_pairs(pytester: pytest.Pytester, monke
 def test_resume_reuses_the_run_id(pytester: pytest.Pytester) -> None:
     (pytester.path / "reports" / "20261129-101010-abcd" / "points" / "p-r1").mkdir(parents=True)
     (pytester.path / "reports" / "20261129-101010-abcd" / "points" / "p-r1" / "result.json").write_text("{}")
+    # a resume needs the run's recorded measurement settings (issue 12 resume guard): record the defaults'
+    import json
+
+    from pytest_sskj.acceptance.resume import MEASUREMENT_FILE, fingerprint
+
+    fp = fingerprint(_settings(pytester))
+    (pytester.path / "reports" / "20261129-101010-abcd" / MEASUREMENT_FILE).write_text(json.dumps(fp))
     s = _settings(pytester, "--resume", "20261129-101010-abcd")
     assert s.run_id == "20261129-101010-abcd"

@@ -156,7 +156,8 @@ def test_next(inference_server):
     recs = {r["test"]: r for r in _records(env_out)}
     assert recs["hang"]["url"] != recs["next"]["url"], "the timed-out test's server must be replaced"
     assert not [p for p in recs["hang"]["pids"] if _alive(p)]  # type: ignore[attr-defined]
-    assert "the test timed out: server parallel-chunk512 was stopped" in result.stdout.str()
+    # the default server is the embedded baseline, microbatch since issue 12
+    assert "the test timed out: server microbatch-chunk512 was stopped" in result.stdout.str()
 
 
 def test_xdist_workers_have_their_own_pools_and_ports(pytester: pytest.Pytester, env_out: Path) -> None:
@@ -243,7 +244,7 @@ def test_spec_resolution_order_param_then_marker_then_default(tmp_path: Path) ->
 
     s = _settings(tmp_path)
     default = resolve_spec(_Request(), s)  # type: ignore[arg-type]
-    assert (default.engine, default.backend, default.chunk) == ("embedded", "parallel", s.chunks[0])
+    assert (default.engine, default.backend, default.chunk) == ("embedded", "microbatch", s.chunks[0])
     marked = resolve_spec(_Request(mark=pytest.mark.sskj_server(backend="serial", chunk=128).mark), s)  # type: ignore[arg-type]
     assert (marked.backend, marked.chunk) == ("serial", 128)
     both = resolve_spec(_Request({"chunk": 64}, pytest.mark.sskj_server(backend="serial", chunk=128).mark), s)  # type: ignore[arg-type]
