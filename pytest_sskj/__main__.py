@@ -4,7 +4,8 @@
 :mod:`pytest_sskj.report.release`); ``report html --alluredir DIR --out FILE [--check]`` (see
 :mod:`pytest_sskj.report.html`); ``report summary --run RUN_ID`` regenerates ``summary.md`` and the plots
 of a (possibly crashed) run; ``profiles [list]`` lists the shipped profiles and ``profiles show NAME`` prints
-one resolved (every value with the layer file it came from, its layouts and deployment groups).
+one resolved (every value with the layer file it came from, its layouts and deployment groups);
+``db import RUN_DIR...``, ``history``, ``compare A B`` and ``export --run RUN_ID`` (see :mod:`pytest_sskj.history.cli`).
 Exit status: 0 done, 1 refused or check failed, 2 bad input or missing tool.
 """
 
@@ -81,6 +82,19 @@ def _parser() -> argparse.ArgumentParser:
     html.add_argument(
         "--screenshot", type=Path, default=None, help="with --check: PNG screenshot path (default: next to --out)"
     )
+    html.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        help="Allure 3 history file shared across runs: the report shows every test's earlier runs and the "
+        "metrics trend, and this run is appended (default: <reports dir>/allure-history.jsonl)",
+    )
+    html.add_argument("--no-history", action="store_true", help="render without cross-run history")
+    html.add_argument(
+        "--check-history",
+        action="store_true",
+        help="with --check: also assert a test's History tab lists an earlier run",
+    )
     summ = psub.add_parser("summary", help="regenerate summary.md and plots of a run from its files")
     summ.add_argument("--run", required=True)
     summ.add_argument("--reports-dir", type=Path, default=None)
@@ -90,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     prsub.add_parser("list", help="every deployment profile (name, description)")
     pshow = prsub.add_parser("show", help="one profile resolved: values, their layer files, layouts, groups")
     pshow.add_argument("name", help="a profile name (pro6000/kimi3-sglang-pd) or a file")
+    from pytest_sskj.history import cli as history_cli
+
+    history_cli.add_parsers(sub)
     return p
 
 
@@ -119,6 +136,11 @@ def _release(args: argparse.Namespace) -> int:
             _out(json.dumps({"verdict": "release", "tag": args.tag, "run_id": runs, "path": str(out)}))
         else:
             _out(f"marked run {runs} as release {args.tag}: {out}")
+        from pytest_sskj.history.cli import record_release
+
+        note = record_release(reports, args.tag)
+        if note and not args.json:
+            _out(note)
         return 0
     if args.action == "list":
         marks = release.list_releases(reports)
@@ -166,7 +188,8 @@ def _report(args: argparse.Namespace) -> int:
             )
             return 2
     try:
-        out = html.render_html(args.alluredir, args.out, name=args.name, allure=allure)
+        hist = None if args.no_history else (args.history or _reports_default() / "allure-history.jsonl")
+        out = html.render_html(args.alluredir, args.out, name=args.name, allure=allure, history=hist)
     except (html.HtmlToolMissing, FileNotFoundError, RuntimeError) as exc:
         _err(str(exc))
         return 2
@@ -175,7 +198,7 @@ def _report(args: argparse.Namespace) -> int:
         return 0
     shot = args.screenshot or out.with_suffix(".png")
     try:
-        res = html.check_html(out, args.alluredir, screenshot=shot)
+        res = html.check_html(out, args.alluredir, screenshot=shot, history=args.check_history)
     except html.HtmlToolMissing as exc:
         _err(str(exc))
         return 2
@@ -187,6 +210,8 @@ def _report(args: argparse.Namespace) -> int:
         f"{res.metric_attachment!r} ({res.metric_text_seen!r} visible) and plot {res.plot_attachment!r} "
         f"({res.plot_size_px[0]}x{res.plot_size_px[1]} px); screenshot {res.screenshot} ({res.screenshot_bytes} bytes)"
     )
+    if res.history_test:
+        _out(f"history: {res.history_test!r} lists {res.history_items} earlier run(s)")
     return 0
 
 
@@ -198,7 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pytest_sskj.deploy.show import profiles_command
 
         return profiles_command(args.action or "list", getattr(args, "name", None), _out, _err)
-    return _report(args)
+    if args.command == "report":
+        return _report(args)
+    from pytest_sskj.history import cli as history_cli
+
+    return history_cli.run(args)
 
 
 if __name__ == "__main__":

@@ -387,6 +387,31 @@ OPTIONS: tuple[Option, ...] = (
         default="reports",
     ),
     Option("run_id", ("--run-id",), "str", "Run id, the folder under --reports-dir (default: time stamp)"),
+    # --- results history ------------------------------------------------------------------------
+    Option(
+        "db",
+        ("--sskj-db",),
+        "str",
+        "Results database every point, verdict and run is also written to: a SQLAlchemy URL "
+        "(postgresql://user:pass@host/db, sqlite:///path) or a file path (default: <reports dir>/results.sqlite; "
+        "'none' disables); the password never reaches a report",
+        metavar="URL",
+    ),
+    Option(
+        "baseline_ref",
+        ("--sskj-baseline",),
+        "str",
+        "Judge every point against this earlier run's matching point: a release tag, a run id or last-release "
+        "(a regression beyond the baseline's repeat spread plus --sskj-regression-margin fails)",
+        metavar="REF",
+    ),
+    Option(
+        "regression_margin_pct",
+        ("--sskj-regression-margin",),
+        "float",
+        "Percent a point may be worse than its baseline on top of the baseline's own repeat spread (default 5)",
+        default=5.0,
+    ),
     Option(
         "dry_run",
         ("--sskj-dry-run",),

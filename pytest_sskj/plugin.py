@@ -20,6 +20,7 @@ _SUBPLUGINS = (
     "pytest_sskj.server.fixtures",
     "pytest_sskj.bench.fixtures",
     "pytest_sskj.report.plugin",
+    "pytest_sskj.history.plugin",
     "pytest_sskj.acceptance.plugin",
     "pytest_sskj.deploy.plugin",
 )

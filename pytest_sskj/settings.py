@@ -26,7 +26,7 @@ from pytest_sskj.deploy.topology import Topology, topology_from_table
 from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, find_profile, load_profile
-from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.report.redact import REDACTED, redact_url
 from pytest_sskj.slo import SloGate, parse_slo
 
 __all__ = ["Settings", "new_run_id", "resolve_settings"]
@@ -88,6 +88,9 @@ class Settings:
     gpu_wait_s: float
     reports_dir: Path
     run_id: str
+    db: str | None
+    baseline_ref: str | None
+    regression_margin_pct: float
     dry_run: bool
     shape_mode: str = "grid"
     grid_limit: int | None = None
@@ -145,6 +148,7 @@ class Settings:
         d["layouts"] = [lay.as_dict() for lay in self.layouts]
         d["shapes"] = [list(sh) for sh in self.shapes]
         d["deployment"] = self.deployment.as_dict() if self.deployment else None
+        d["db"] = redact_url(self.db) if self.db else None
         return d
 
 

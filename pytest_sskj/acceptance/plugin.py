@@ -1,14 +1,14 @@
 """Hooks of the acceptance suite: parameters from Settings, run order, verdict bookkeeping, terminal summary.
 
-The suite's tests (``acceptance/test_*.py``) ask for one of five parameters and this plugin fills them
+The suite's tests (``acceptance/test_*.py``) ask for one of six parameters and this plugin fills them
 from :class:`~pytest_sskj.settings.Settings`: ``sskj_point`` (serving points, in execution order: grouped
-by server, or A B A B where restarts are cheap), ``sskj_comparison``, ``sskj_curve``, ``sskj_slo_config``
-and ``sskj_search_config``.  Collection puts serving points first, then SLO gates, comparisons, chunk
-curves and searches, so verdicts find their points already measured.  Each acceptance test gets a
-pytest-timeout ``signal``-method marker sized to its server start (so fixture teardown still runs after a
-timeout) unless it already has one.  The session object :class:`Acceptance` (in ``config.stash``) runs
-points through :class:`~pytest_sskj.acceptance.runner.PointRunner`, builds verdicts and announces them
-with ``pytest_sskj_verdict``; the terminal summary prints the users' table from the point store.
+by server, or A B A B where restarts are cheap), ``sskj_comparison``, ``sskj_curve``, ``sskj_slo_config``,
+``sskj_baseline_config`` and ``sskj_search_config``.  Collection puts serving points first, then SLO gates,
+baseline gates, comparisons, chunk curves and searches, so verdicts find their points already measured.
+Each acceptance test gets a pytest-timeout ``signal``-method marker sized to its server start (so fixture
+teardown still runs after a timeout) unless it already has one.  The session object :class:`Acceptance` (in
+``config.stash``) runs points through :class:`~pytest_sskj.acceptance.runner.PointRunner`, builds verdicts and
+announces them with ``pytest_sskj_verdict``; the terminal summary prints the users' table from the point store.
 """
 
 from __future__ import annotations
@@ -41,7 +41,14 @@ __all__ = ["ACCEPTANCE_KEY", "PARAMS", "Acceptance", "SiteDefaults", "get_accept
 ACCEPTANCE_KEY = pytest.StashKey["Acceptance"]()
 """The session's :class:`Acceptance` object."""
 
-PARAMS = ("sskj_point", "sskj_slo_config", "sskj_comparison", "sskj_curve", "sskj_search_config")
+PARAMS = (
+    "sskj_point",
+    "sskj_slo_config",
+    "sskj_baseline_config",
+    "sskj_comparison",
+    "sskj_curve",
+    "sskj_search_config",
+)
 """The parameters this plugin generates, in the order their tests run."""
 
 _VERDICT_DIR = "verdicts"
@@ -462,9 +469,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "sskj_point" in names:
         points = matrix.execution_order(matrix.build_points(settings), interleave=matrix.interleaves(settings))
         metafunc.parametrize("sskj_point", points, ids=[p.id for p in points])
-    if "sskj_slo_config" in names:
-        cfgs = matrix.configs(settings)
-        metafunc.parametrize("sskj_slo_config", cfgs, ids=[c.id for c in cfgs])
+    for name in ("sskj_slo_config", "sskj_baseline_config"):
+        if name in names:
+            cfgs = matrix.configs(settings)
+            metafunc.parametrize(name, cfgs, ids=[c.id for c in cfgs])
     if "sskj_comparison" in names:
         comps: Sequence[Comparison | None] = matrix.comparisons(settings) or [None]
         metafunc.parametrize("sskj_comparison", comps, ids=[c.id if c else "no-candidate" for c in comps])

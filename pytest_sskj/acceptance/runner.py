@@ -25,6 +25,7 @@ from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
+from pytest_sskj.records import IDENTITY_FIELDS, new_row
 from pytest_sskj.report import categories as cat
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
@@ -40,22 +41,6 @@ __all__ = [
 ]
 
 _SAMPLE_KEYS = ("ttft", "e2e_latency", "tpot")
-_FIXED_KEYS = (
-    "run_id",
-    "test_id",
-    "engine",
-    "backend",
-    "chunk",
-    "concurrency",
-    "repeat",
-    "isl",
-    "osl",
-    "layout",
-    "requests",
-    "point_id",
-    "kind",
-    "spec_key",
-)
 _WATCH_INTERVAL_S = 0.25
 
 
@@ -205,31 +190,27 @@ class PointRunner:
 
     def base_row(self, point: Point, test_id: str, spec: ServerSpec) -> dict[str, Any]:
         s = self.settings
-        return {
-            "run_id": s.run_id,
-            "test_id": test_id,
-            "engine": s.engine,
-            "backend": point.backend,
-            "chunk": point.chunk,
-            "concurrency": point.concurrency,
-            "repeat": point.repeat,
-            "isl": self.shape_of(point)[0],
-            "osl": self.shape_of(point)[1],
-            "layout": point.layout,
-            "deployment": s.deployment.label() if s.deployment is not None else None,
-            "requests": self.requests_for(point),
-            "status": "not_run",
-            "reasons": [],
-            "findings": [],
-            "client_bound": None,
-            "point_id": point.id,
-            "kind": point.kind,
-            "spec_key": spec.key(),
-            "category": None,
-            "wall_s": None,
-        }
+        shape = self.shape_of(point)
+        return new_row(
+            run_id=s.run_id,
+            test_id=test_id,
+            engine=s.engine,
+            backend=point.backend,
+            chunk=point.chunk,
+            concurrency=point.concurrency,
+            repeat=point.repeat,
+            isl=shape[0],
+            osl=shape[1],
+            layout=point.layout,
+            deployment=s.deployment.label() if s.deployment is not None else None,
+            requests=self.requests_for(point),
+            point_id=point.id,
+            kind=point.kind,
+            spec_key=spec.key(),
+        )
 
     def _finish(self, outcome: PointOutcome) -> PointOutcome:
+        self.store.complete(outcome.row, self.settings.slo)
         self.store.write(outcome.point.id, outcome.row, outcome.samples)
         self.outcomes[outcome.point.id] = outcome
         self.config.hook.pytest_sskj_point_finished(config=self.config, result=dict(outcome.row))
@@ -357,7 +338,7 @@ class PointRunner:
         fatal = [f for f in findings if getattr(f, "severity", "") == "fatal"]
         if result is not None:
             metrics = dict(getattr(result, "metrics", {}) or {})
-            fixed = {k: row[k] for k in _FIXED_KEYS}
+            fixed = {k: row[k] for k in IDENTITY_FIELDS}
             row.update(metrics)
             row["measured_concurrency"] = metrics.get("concurrency")  # the bench's is the measured mean
             row.update(fixed)

@@ -10,12 +10,12 @@ adaptive search keeps its steps in ``<run dir>/search/<config>/steps.jsonl`` (:c
 from __future__ import annotations
 
 import json
-import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from pytest_sskj.rundir import RunLayout, atomic_write_json, jsonable
 
 __all__ = ["MEASURED_FAILURES", "PointStore", "StepLog", "atomic_write_json", "jsonable"]
 
@@ -24,33 +24,6 @@ MEASURED_FAILURES = frozenset({"oracle", "config"})
 
 Other failures (crash, OOM, NCCL, hang, launch, bench client) and ``not_run`` rows are measured again on
 ``--resume``: the interruption, not the configuration, may be what they record."""
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with NaN/inf floats as ``None`` and tuples/sets/paths as JSON types."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (never half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(jsonable(obj), fh, indent=1, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _read_json(path: Path) -> Any | None:
@@ -65,19 +38,33 @@ class PointStore:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.root = run_dir / "points"
+        self.layout = RunLayout(run_dir)
+        self.root = self.layout.points
 
     def point_dir(self, point_id: str) -> Path:
-        d = self.root / point_id
+        d = self.layout.point(point_id)
         d.mkdir(parents=True, exist_ok=True)
         return d
 
+    def complete(self, row: dict[str, Any], gates: Sequence[Any]) -> dict[str, Any]:
+        """Fill the store's columns of a finished ``row`` in place: ``request_file`` (relative to the run
+        directory, ``None`` when the bench wrote none) and ``slo_met`` (gate -> met / missed / ``None`` not
+        judged; empty for a row without metrics)."""
+        from pytest_sskj.acceptance.search import judge
+
+        pid = str(row.get("point_id"))
+        req = self.layout.request_file(pid)
+        row["request_file"] = str(req.relative_to(self.run_dir)) if req.is_file() else None
+        measured = row.get("completed") is not None
+        results = judge(gates, row, osl=int(row.get("osl") or 0))[1] if measured else []
+        row["slo_met"] = {str(r.gate): r.passed for r in results}
+        return row
+
     def write(self, point_id: str, row: Mapping[str, Any], samples: Mapping[str, Sequence[float]]) -> Path:
         """Store one point's row and samples; samples first, so a row on disk always has its samples."""
-        d = self.point_dir(point_id)
-        atomic_write_json(d / "samples.json", {k: list(v) for k, v in samples.items()})
-        atomic_write_json(d / "result.json", row)
-        return d / "result.json"
+        self.point_dir(point_id)
+        atomic_write_json(self.layout.point_samples(point_id), {k: list(v) for k, v in samples.items()})
+        return atomic_write_json(self.layout.point_result(point_id), row)
 
     def reset(self, point_id: str) -> None:
         """Remove every file of ``point_id`` but its lock: a point measured again (``--resume`` of an
@@ -91,11 +78,10 @@ class PointStore:
 
     def read(self, point_id: str) -> tuple[dict[str, Any], dict[str, list[float]]] | None:
         """The stored row and samples of ``point_id``; ``None`` when absent or unreadable."""
-        d = self.root / point_id
-        row = _read_json(d / "result.json")
+        row = _read_json(self.layout.point_result(point_id))
         if not isinstance(row, dict):
             return None
-        samples = _read_json(d / "samples.json")
+        samples = _read_json(self.layout.point_samples(point_id))
         return row, ({str(k): [float(x) for x in v] for k, v in samples.items()} if isinstance(samples, dict) else {})
 
     def finished(self, point_id: str) -> tuple[dict[str, Any], dict[str, list[float]]] | None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_sskj.report.summary import format_chunk, format_ms, summarize_points
+from pytest_sskj.report.summary import MEDIANS_HEADER, medians_cells, summarize_points
 
 __all__ = ["HEADER", "summary_lines", "table_lines", "verdict_lines"]
 
-HEADER = ("Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline")
+HEADER = MEDIANS_HEADER
 
 
 def table_lines(rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list[str]:
@@ -23,21 +23,10 @@ def table_lines(rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list
     serve = [r for r in rows if r.get("kind", "serve") == "serve"]
     body: list[tuple[str, ...]] = []
     for p in summarize_points(serve, baseline):
-        tps = "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}"
-        vs = p.vs_baseline
+        cells = medians_cells(p)
         if p.passed < p.repeats:
-            vs += f" ({p.passed}/{p.repeats} repeats passed)"
-        body.append(
-            (
-                format_chunk(p.chunk),
-                str(p.concurrency),
-                p.backend,
-                tps,
-                format_ms(p.ttft_p50_ms),
-                format_ms(p.ttft_p95_ms),
-                vs,
-            )
-        )
+            cells = (*cells[:-1], cells[-1] + f" ({p.passed}/{p.repeats} repeats passed)")
+        body.append(cells)
     if not body:
         return []
     widths = [max(len(HEADER[i]), *(len(b[i]) for b in body)) for i in range(len(HEADER))]

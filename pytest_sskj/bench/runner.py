@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import gc
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from time import perf_counter
@@ -31,6 +30,7 @@ from pytest_sskj.bench.records import RecordSink, RequestRecord
 from pytest_sskj.bench.result import BenchResult, RepeatsResult
 from pytest_sskj.bench.saturation import SaturationMonitor, SaturationThresholds
 from pytest_sskj.bench.workload import PlannedRequest, Workload, plan_requests
+from pytest_sskj.rundir import atomic_write_text
 
 __all__ = ["REQUESTS_FILE", "arun_bench", "run_bench", "run_repeats"]
 
@@ -257,9 +257,7 @@ def _write_result(result: BenchResult) -> None:
     if doc["workload"]["request_rate"] == float("inf"):
         doc["workload"]["request_rate"] = None
     path = result.out_dir / f"result-r{result.repeat}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(doc, indent=2, default=str) + "\n")
 
 
 def run_bench(

@@ -28,6 +28,7 @@ from pytest_sskj.errors import GpuUnavailable
 from pytest_sskj.gpu.allocator import busy_reason, choose, hardware_matches, unmet_reason
 from pytest_sskj.gpu.inventory import GpuInfo, Inventory
 from pytest_sskj.markers import GpuRequest
+from pytest_sskj.rundir import atomic_write_bytes
 
 __all__ = ["DEFAULT_LEDGER_DIR", "Holder", "Lease", "LeaseLedger", "ledger_dir", "pid_alive", "process_start_time"]
 
@@ -194,14 +195,9 @@ class LeaseLedger:
 
     def _save(self, data: dict[str, Any]) -> None:
         text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-        tmp = self.path.with_name(f".ledger.{os.getpid()}.tmp")
         try:
-            tmp.write_text(text, encoding="utf-8")
-            os.chmod(tmp, 0o666)  # noqa: S103 - other users' sessions must update it too
-            os.replace(tmp, self.path)
+            atomic_write_bytes(self.path, text.encode("utf-8"), mode=0o666)  # other users' sessions update it too
         except PermissionError:  # another user's file in the sticky dir: rewrite in place (we hold the lock)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             with open(self.path, "r+", encoding="utf-8") as fh:
                 fh.write(text)
                 fh.truncate()

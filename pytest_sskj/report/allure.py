@@ -6,6 +6,8 @@ every call returns at once, so tests can call these helpers unconditionally.  Ev
 that reaches Allure (titles, parameter values, attachments) is redacted first
 (:mod:`pytest_sskj.report.scrub`).  Metric values go in as *excluded* parameters so Allure's history id
 (md5 of the full name and the non-excluded parameters) stays keyed on the configuration.
+:func:`write_performance` puts the run's headline medians per configuration into ``--alluredir`` as an
+Allure 3 performance file, so a report rendered with a history file trends them across runs.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "metric_parameters",
     "parameters",
     "step",
+    "write_performance",
 ]
 
 _SEVERITIES = ("blocker", "critical", "normal", "minor", "trivial")
@@ -226,3 +229,44 @@ def attach_files(paths: Iterable[str | Path]) -> None:
     for p in paths:
         if Path(p).is_file():
             attach_file(p)
+
+
+_PERF = (("input_throughput", "input_throughput"), ("median_ttft_ms", "ttft_p50_ms"), ("p95_ttft_ms", "ttft_p95_ms"))
+"""(vocabulary name, :class:`~pytest_sskj.report.summary.PointSummary` attribute) of the trended medians."""
+
+
+def write_performance(
+    alluredir: Path, rows: Sequence[Mapping[str, Any]], *, run_id: str, baseline: str | None, start: float, stop: float
+) -> Path | None:
+    """``<alluredir>/sskj-<run id>-perf.json``: per serving configuration (grouped by its id) the median over
+    passed repeats of input TPS and TTFT P50/P95 (undefined medians are left out, never 0); ``None`` when
+    no configuration has a median."""
+    from pytest_sskj.report.summary import format_chunk, summarize_points
+    from pytest_sskj.rundir import atomic_write_json
+    from pytest_sskj.vocabulary import METRICS
+
+    samples = []
+    for p in summarize_points(rows, baseline):
+        group = f"{p.backend} chunk {format_chunk(p.chunk)} C={p.concurrency}"
+        for name, attr in _PERF:
+            value = getattr(p, attr)
+            if value is None:
+                continue
+            m = METRICS[name]
+            title, unit, better = m.label, m.unit, m.direction
+            samples.append(
+                {
+                    "id": f"{run_id}:{group}:{name}",
+                    "key": f"{group} {title}",
+                    "value": float(value),
+                    "start": int(start * 1000),
+                    "stop": int(stop * 1000),
+                    "title": f"{title} ({group})",
+                    "unit": unit,
+                    "group": group,
+                    "better": better,
+                }
+            )
+    if not samples:
+        return None
+    return atomic_write_json(Path(alluredir) / f"sskj-{run_id}-perf.json", samples, indent=1)

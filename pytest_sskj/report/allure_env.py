@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sskj.report.categories import CATEGORIES
-from pytest_sskj.report.manifest import atomic_write_text
 from pytest_sskj.report.scrub import scrub
+from pytest_sskj.rundir import atomic_write_text
 
 __all__ = ["categories_json", "environment_properties", "executor_json", "write_allure_extras"]
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.rundir import atomic_write_text
+
 __all__ = [
     "HtmlCheckError",
     "HtmlCheckResult",
@@ -128,9 +130,18 @@ def _tail(path: Path, n: int = 3000) -> str:
 
 
 def render_html(
-    alluredir: Path, out: Path, *, name: str = "pytest-sskj", allure: Path | None = None, timeout_s: float = 300.0
+    alluredir: Path,
+    out: Path,
+    *,
+    name: str = "pytest-sskj",
+    allure: Path | None = None,
+    timeout_s: float = 300.0,
+    history: Path | None = None,
 ) -> Path:
-    """Render ``alluredir`` into the single file ``out`` (no analytics tag); returns ``out``."""
+    """Render ``alluredir`` into the single file ``out`` (no analytics tag); returns ``out``.
+
+    ``history``: Allure 3's history file (JSON lines, one entry per rendered report): the report shows each
+    test's earlier runs and the metrics trend from it, and this run is appended to it."""
     alluredir = Path(alluredir).resolve()
     if not any(alluredir.glob("*-result.json")):
         raise FileNotFoundError(f"{alluredir} holds no *-result.json; run pytest with --alluredir {alluredir} first")
@@ -146,22 +157,19 @@ def render_html(
         report = work / "report"
         rc = work / "allurerc.mjs"
         options = {"singleFile": True, "reportLanguage": "en", "groupBy": ["epic", "feature", "story"]}
-        rc.write_text(
-            "export default "
-            + json.dumps({"name": name, "output": str(report), "plugins": {"awesome": {"options": options}}}, indent=2)
-            + ";\n",
-            encoding="utf-8",
-        )
+        cfg: dict[str, Any] = {"name": name, "output": str(report), "plugins": {"awesome": {"options": options}}}
+        if history is not None:
+            history = Path(history).resolve()
+            history.parent.mkdir(parents=True, exist_ok=True)
+            cfg.update(historyPath=str(history), appendHistory=True)
+        rc.write_text("export default " + json.dumps(cfg, indent=2) + ";\n", encoding="utf-8")
         log = work / "allure.log"
         code = _run([str(exe), "generate", "--config", str(rc), str(alluredir)], cwd=work, log=log, timeout_s=timeout_s)
         index = report / "index.html"
         if code != 0 or not index.is_file():
             raise RuntimeError(f"`allure generate` exited {code} without {index}; its output:\n{_tail(log)}")
         html, _ = strip_analytics(index.read_text(encoding="utf-8"))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp_out = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp_out.write_text(html, encoding="utf-8")
-        os.replace(tmp_out, out)
+        atomic_write_text(out, html)
         ids = report / "test-results.json"
         if ids.is_file():
             shutil.copyfile(ids, out.with_name(out.stem + ".test-results.json"))
@@ -320,6 +328,9 @@ class HtmlCheckResult:
     screenshot: Path | None = None
     screenshot_bytes: int = 0
     summary_text: str = ""
+    history_test: str = ""
+    """With ``history``: the test whose History tab was opened, and how many earlier runs it listed."""
+    history_items: int = 0
 
 
 def _attachments(step: dict[str, Any]) -> list[dict[str, Any]]:
@@ -369,9 +380,11 @@ def check_html(
     timeout_s: float = 60.0,
     width: int = 1400,
     height: int = 1000,
+    history: bool = False,
 ) -> HtmlCheckResult:
     """Open ``html`` in headless Chromium and assert it shows every test of ``alluredir``, a metric
-    attachment (its JSON text) and a plot (a decoded PNG); save a screenshot of that test's page."""
+    attachment (its JSON text) and a plot (a decoded PNG); save a screenshot of that test's page.  With
+    ``history``, also assert that test's History tab lists at least one earlier run."""
     exe = chromium or find_chromium()
     if exe is None:
         raise HtmlToolMissing(f"Chromium is not installed; run `{CHROMIUM_INSTALL}` (or set SSKJ_CHROMIUM)")
@@ -447,6 +460,14 @@ def check_html(
             timeout_s,
         )
         result.plot_size_px = (int(size[0]), int(size[1]))
+        if history:
+            cdp.evaluate(f"location.hash = {_js_str('#/' + chosen[0] + '/history')}")
+            n = cdp.wait_for(
+                "(n => n > 0 && n)(document.querySelectorAll('[data-testid=\"test-result-history-item\"]').length)",
+                f"earlier runs in the History tab of {name!r} (render with --history after an earlier run)",
+                timeout_s,
+            )
+            result.history_test, result.history_items = name, int(n)
         if screenshot is not None:
             time.sleep(0.3)
             shot = cdp.send("Page.captureScreenshot", {"format": "png"})

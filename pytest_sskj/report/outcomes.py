@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_sskj.report.manifest import atomic_write_text
 from pytest_sskj.report.scrub import scrub_text
+from pytest_sskj.rundir import atomic_write_text
 
 __all__ = ["MARKERS_ATTR", "OUTCOMES_FILE", "OutcomeRecorder", "load_outcomes", "suite_of"]
 

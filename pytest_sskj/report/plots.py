@@ -9,13 +9,13 @@ used: each plot is a fresh :class:`matplotlib.figure.Figure` rendered by the Agg
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_sskj.report.summary import format_chunk, summarize_points
+from pytest_sskj.rundir import atomic_target
 
 __all__ = [
     "find_request_files",
@@ -45,10 +45,8 @@ def _save(fig: Any, out: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, out)
+    with atomic_target(out) as tmp:
+        fig.savefig(tmp, format="png")
     return out
 
 
@@ -179,16 +177,19 @@ def ttft_samples(paths: Iterable[Path]) -> list[float]:
     return out
 
 
-def find_request_files(run_dir: Path, backends: Iterable[str]) -> dict[str, list[Path]]:
-    """``requests.jsonl`` files under ``run_dir`` by backend: the longest backend name in the path wins."""
-    names = sorted(set(backends), key=len, reverse=True)
+def find_request_files(run_dir: Path, rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Path]]:
+    """The per-request files of ``rows`` by each row's own ``backend``: its ``request_file`` (relative to
+    ``run_dir``), else (rows written before schema ``sskj-row/2``) the run store's file of its ``point_id``;
+    rows whose file is missing are left out.  Nothing is inferred from path names."""
+    from pytest_sskj.rundir import RunLayout
+
+    layout = RunLayout(run_dir)
     found: dict[str, list[Path]] = {}
-    for path in sorted(run_dir.rglob("requests.jsonl")):
-        rel = str(path.relative_to(run_dir))
-        for b in names:
-            if b in rel:
-                found.setdefault(b, []).append(path)
-                break
+    for r in rows:
+        rel = r.get("request_file")
+        path = run_dir / str(rel) if rel else layout.request_file(str(r.get("point_id"))) if r.get("point_id") else None
+        if path is not None and path.is_file() and r.get("backend") is not None:
+            found.setdefault(str(r["backend"]), []).append(path)
     return found
 
 
@@ -284,8 +285,7 @@ def render_all(
         plot_throughput_vs_chunk(rows, plots / "throughput_vs_chunk.png"),
         plot_ttft_vs_concurrency(rows, plots / "ttft_vs_concurrency.png"),
     ]
-    names = [*backends, *(str(r.get("backend")) for r in rows if r.get("backend"))]
-    files = find_request_files(run_dir, names)
+    files = find_request_files(run_dir, rows)
     written.append(plot_ttft_cdf({b: ttft_samples(ps) for b, ps in files.items()}, plots / "ttft_cdf.png"))
     for i, v in enumerate(x for x in verdicts if x.get("kind") == "search"):
         written.append(plot_search(v, plots / search_plot_name(i, v), slo))

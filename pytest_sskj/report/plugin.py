@@ -52,8 +52,8 @@ def regenerate(
 ) -> dict[str, Any]:
     """Rewrite ``summary.md`` (and, with ``plots``, every PNG) from the files of ``run_dir``; also used by
     ``python -m pytest_sskj report summary`` on a crashed run.  Returns what was written."""
-    from pytest_sskj.report.manifest import atomic_write_text
-    from pytest_sskj.report.summary import render_summary
+    from pytest_sskj.report.summary import render_summary, write_medians
+    from pytest_sskj.rundir import atomic_write_text
 
     results = read_results(run_dir)
     verdicts = read_verdicts(run_dir)
@@ -74,6 +74,7 @@ def regenerate(
         results.rows, verdicts.rows, manifest=manifest, baseline=baseline, plots=written, problems=problems
     )
     atomic_write_text(run_dir / "summary.md", text)
+    write_medians(run_dir, results.rows, baseline or (backends[0] if backends else None))
     return {
         "summary": "summary.md",
         "rows": len(results.rows),

@@ -12,7 +12,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["REDACTED", "is_secret_name", "redact_argv", "redact_env", "redact_env_items", "redact_text"]
+__all__ = [
+    "REDACTED",
+    "is_secret_name",
+    "redact_argv",
+    "redact_env",
+    "redact_env_items",
+    "redact_text",
+    "redact_url",
+]
 
 REDACTED = "***REDACTED***"
 
@@ -26,6 +34,14 @@ _SECRET_FLAG = re.compile(
     r"(=)(.+)$",
     re.IGNORECASE,
 )
+
+
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(?P<pw>[^\s@/]+)(?P<at>@)")
+
+
+def redact_url(text: str) -> str:
+    """``postgresql://ann:s3cret@db/x`` -> ``postgresql://ann:***REDACTED***@db/x`` (every URL in ``text``)."""
+    return _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED + m.group("at"), text)
 
 
 def is_secret_name(name: str) -> bool:
@@ -45,7 +61,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     """Redact ``--api-key=...`` style values and the argument after ``--api-key``/``-i`` (ssh identity)."""
     out: list[str] = []
     hide_next = False
-    for arg in argv:
+    for arg in map(redact_url, argv):
         if hide_next:
             out.append(REDACTED)
             hide_next = False
@@ -68,4 +84,4 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     def _pair(m: re.Match[str]) -> str:
         return m.group(1) + "=" + REDACTED if is_secret_name(m.group(1)) else m.group(0)
 
-    return re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S+)", _pair, text)
+    return re.sub(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S+)", _pair, redact_url(text))

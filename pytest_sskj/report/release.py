@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_sskj.report.manifest import atomic_write_text
 from pytest_sskj.report.outcomes import load_outcomes
 from pytest_sskj.report.results import read_results, read_verdicts
 from pytest_sskj.report.scrub import scrub
+from pytest_sskj.rundir import atomic_write_text
 
 __all__ = [
     "ReleaseConfig",

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_sskj.report.manifest import atomic_write_text
+from pytest_sskj.records import LIST_FIELDS, METRIC_FIELDS, ROW_FIELDS, point_key
 from pytest_sskj.report.scrub import scrub
+from pytest_sskj.rundir import RunLayout, atomic_write_text
 
 __all__ = [
     "METRIC_FIELDS",
@@ -34,48 +35,9 @@ __all__ = [
     "read_verdicts",
 ]
 
-ROW_FIELDS = (
-    "run_id",
-    "test_id",
-    "engine",
-    "backend",
-    "chunk",
-    "concurrency",
-    "repeat",
-    "isl",
-    "osl",
-    "requests",
-    "status",
-    "reasons",
-    "findings",
-    "client_bound",
-)
-METRIC_FIELDS = (
-    "completed",
-    "failed",
-    "duration",
-    "total_input_tokens",
-    "total_output_tokens",
-    "request_throughput",
-    "input_throughput",
-    "output_throughput",
-    "total_throughput",
-    *(
-        f"{stat}_{m}_ms"
-        for m in ("ttft", "tpot", "itl", "e2e_latency")
-        for stat in ("mean", "median", "std", "p90", "p95", "p99")
-    ),
-    "metrics_version",
-)
-RESULT_FIELDS = (*ROW_FIELDS, *(f for f in METRIC_FIELDS if f not in ROW_FIELDS))
-"""Column order of ``results.csv``: the contract's row fields, then sglang's metric names, then extras."""
-
-_LIST_FIELDS = ("reasons", "findings")
-
-
-def point_key(row: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
-    """Identity of a row: (test id, backend, chunk, concurrency, repeat); a later row replaces an earlier."""
-    return tuple(str(row.get(k)) for k in ("test_id", "backend", "chunk", "concurrency", "repeat"))  # type: ignore[return-value]
+RESULT_FIELDS = ROW_FIELDS
+"""Column order of ``results.csv``: :data:`pytest_sskj.records.ROW_FIELDS`, then any extra keys, sorted."""
+_LIST_FIELDS = LIST_FIELDS
 
 
 def _lock(path: Path) -> Any:
@@ -230,12 +192,14 @@ def read_results(run_dir: Path) -> ReadBack:
     """Rows of ``run_dir``: from the journal, else ``results.json``, else ``results.csv``; never raises on
     damaged files (what was skipped or recovered is listed in ``problems``)."""
     out = ReadBack()
-    for name, reader in (
-        ("results.jsonl", _read_journal),
-        ("results.json", _read_json_list),
-        ("results.csv", _read_csv),
+    layout = RunLayout(run_dir)
+    for path, reader in (
+        (layout.results_journal, _read_journal),
+        (layout.results_json, _read_json_list),
+        (layout.results_csv, _read_csv),
     ):
-        rows = reader(run_dir / name, out.problems)
+        name = path.name
+        rows = reader(path, out.problems)
         if rows is not None:
             out.rows, out.source = _dedupe(rows), name
             if out.problems:
@@ -248,8 +212,10 @@ def read_results(run_dir: Path) -> ReadBack:
 def read_verdicts(run_dir: Path) -> ReadBack:
     """Verdicts of ``run_dir`` from ``verdicts.jsonl``, else ``verdicts.json`` (damage tolerated)."""
     out = ReadBack()
-    for name, reader in (("verdicts.jsonl", _read_journal), ("verdicts.json", _read_json_list)):
-        rows = reader(run_dir / name, out.problems)
+    layout = RunLayout(run_dir)
+    for path, reader in ((layout.verdicts_journal, _read_journal), (layout.verdicts_json, _read_json_list)):
+        name = path.name
+        rows = reader(path, out.problems)
         if rows is not None:
             # a resumed run judges a verdict again: the latest record of each (kind, id) wins
             latest: dict[tuple[str, str], dict[str, Any]] = {}
@@ -267,23 +233,15 @@ class ResultsWriter:
     def __init__(self, run_dir: Path, *, secrets: Iterable[str] = ()) -> None:
         self.run_dir = Path(run_dir)
         self.secrets = tuple(secrets)
-
-    @property
-    def results_json(self) -> Path:
-        return self.run_dir / "results.json"
-
-    @property
-    def results_csv(self) -> Path:
-        return self.run_dir / "results.csv"
-
-    @property
-    def verdicts_json(self) -> Path:
-        return self.run_dir / "verdicts.json"
+        self.layout = RunLayout(self.run_dir)
+        self.results_json = self.layout.results_json
+        self.results_csv = self.layout.results_csv
+        self.verdicts_json = self.layout.verdicts_json
 
     def add_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """Record one point/repeat row (redacted) and rewrite ``results.json``/``results.csv``."""
         clean = _normalize(row, self.secrets)
-        journal = self.run_dir / "results.jsonl"
+        journal = self.layout.results_journal
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with _lock(journal):
             _append_line(journal, clean)
@@ -293,7 +251,7 @@ class ResultsWriter:
     def add_verdict(self, verdict: Mapping[str, Any]) -> dict[str, Any]:
         """Record one verdict (redacted) and rewrite ``verdicts.json``."""
         clean: dict[str, Any] = _finite(scrub(dict(verdict), self.secrets))
-        journal = self.run_dir / "verdicts.jsonl"
+        journal = self.layout.verdicts_journal
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with _lock(journal):
             _append_line(journal, clean)

@@ -22,7 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PointSummary", "format_chunk", "format_delta", "format_ms", "render_summary", "summarize_points"]
+__all__ = [
+    "MEDIANS_FIELDS",
+    "MEDIANS_HEADER",
+    "PointSummary",
+    "format_chunk",
+    "format_delta",
+    "format_ms",
+    "medians_cells",
+    "medians_records",
+    "render_summary",
+    "summarize_points",
+    "write_medians",
+]
 
 MINUS = "\u2212"
 
@@ -43,6 +55,8 @@ class PointSummary:
     tps_vs_baseline_pct: float | None = None
     ttft_vs_baseline_pct: float | None = None
     is_baseline: bool = False
+    slo_met: bool | None = None
+    """Every passed repeat met every judged SLO gate (``False``: one missed; ``None``: nothing judged)."""
 
     @property
     def vs_baseline(self) -> str:
@@ -146,6 +160,7 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             ttft_p50_ms=_median(r.get("median_ttft_ms") for r in ok),
             ttft_p95_ms=_median(r.get("p95_ttft_ms") for r in ok),
             tpot_p95_ms=_median(r.get("p95_tpot_ms") for r in ok),
+            slo_met=_all_met(ok),
         )
     out: list[PointSummary] = []
     for key in sorted(raw, key=lambda k: (order(k[2])[0], _sort_key(k[0]), _sort_key(k[1]), order(k[2])[1])):
@@ -163,6 +178,69 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             )
         )
     return out
+
+
+def _all_met(rows: Sequence[Mapping[str, Any]]) -> bool | None:
+    judged = [v for r in rows if isinstance(r.get("slo_met"), Mapping) for v in r["slo_met"].values() if v is not None]
+    return all(judged) if judged else None
+
+
+MEDIANS_HEADER = ("Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline")
+"""The users' table: ``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | vs baseline``."""
+MEDIANS_FIELDS = (
+    "chunk",
+    "concurrency",
+    "backend",
+    "input_throughput",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "tpot_p95_ms",
+    "tps_vs_baseline_pct",
+    "ttft_vs_baseline_pct",
+    "is_baseline",
+    "repeats",
+    "passed",
+    "slo_met",
+)
+"""Columns of ``medians.csv`` / ``medians.json`` (the same points as the table, unformatted)."""
+
+
+def medians_cells(p: PointSummary) -> tuple[str, ...]:
+    """One point's cells of :data:`MEDIANS_HEADER` (the terminal and ``summary.md`` show these)."""
+    tps = "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}"
+    return (
+        format_chunk(p.chunk),
+        str(p.concurrency),
+        p.backend,
+        tps,
+        format_ms(p.ttft_p50_ms),
+        format_ms(p.ttft_p95_ms),
+        p.vs_baseline,
+    )
+
+
+def medians_records(points: Sequence[PointSummary]) -> list[dict[str, Any]]:
+    """:data:`MEDIANS_FIELDS` of every point (numbers, ``None`` when undefined)."""
+    return [{k: getattr(p, k) for k in MEDIANS_FIELDS} for p in points]
+
+
+def write_medians(run_dir: Path, rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list[Path]:
+    """``medians.csv`` and ``medians.json`` of ``run_dir`` from ``rows``; returns their paths."""
+    import csv
+    import io
+
+    from pytest_sskj.rundir import RunLayout, atomic_write_json, atomic_write_text
+
+    layout = RunLayout(run_dir)
+    recs = medians_records(summarize_points(rows, baseline))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=MEDIANS_FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in recs)
+    return [
+        atomic_write_text(layout.medians_csv, buf.getvalue()),
+        atomic_write_json(layout.medians_json, {"baseline": baseline, "points": recs}, indent=2),
+    ]
 
 
 def _replace(p: PointSummary, **kw: Any) -> PointSummary:
@@ -212,101 +290,8 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def render_summary(
-    rows: Sequence[Mapping[str, Any]],
-    verdicts: Sequence[Mapping[str, Any]],
-    *,
-    manifest: Mapping[str, Any] | None = None,
-    baseline: str | None = None,
-    plots: Sequence[Path] = (),
-    problems: Sequence[str] = (),
-) -> str:
-    """The Markdown text of ``summary.md``."""
-    m = manifest or {}
-    settings = m.get("settings") if isinstance(m.get("settings"), Mapping) else {}
-    assert isinstance(settings, Mapping)
-    if baseline is None and settings.get("backends"):
-        baseline = str(next(iter(settings["backends"])))
-    lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
-    facts = [
-        ("status", m.get("status")),
-        ("engine", settings.get("engine")),
-        ("model", settings.get("model_name") or settings.get("model_path")),
-        ("platform", settings.get("platform")),
-        ("started", m.get("start_iso")),
-        ("ended", m.get("end_iso")),
-    ]
-    if settings.get("tp"):
-        facts.append(
-            ("parallel", f"TP{settings.get('tp')}/EP{settings.get('ep')}/DP{settings.get('dp')}/PP{settings.get('pp')}")
-        )
-    if settings.get("isl"):
-        facts.append(
-            (
-                "shape",
-                f"ISL {settings.get('isl')} / OSL {settings.get('osl')}, "
-                f"{settings.get('requests')} requests x {settings.get('repeats')} repeats",
-            )
-        )
-    lines += [f"- {k}: {v}" for k, v in facts if v not in (None, "")]
-    if problems:
-        lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
-    points = summarize_points(rows, baseline)
-    lines += ["", "## Serving points (median of passed repeats)", ""]
-    if points:
-        lines += _table(
-            ["Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline", "Repeats passed"],
-            (
-                [
-                    format_chunk(p.chunk),
-                    p.concurrency,
-                    p.backend,
-                    "n/a" if p.input_throughput is None else f"{p.input_throughput:.2f}",
-                    format_ms(p.ttft_p50_ms),
-                    format_ms(p.ttft_p95_ms),
-                    p.vs_baseline,
-                    f"{p.passed}/{p.repeats}",
-                ]
-                for p in points
-            ),
-        )
-    else:
-        lines.append("No serving point finished.")
-    failed = [r for r in rows if r.get("status") not in ("passed", None)]
-    if failed:
-        lines += ["", "## Points that did not pass", ""]
-        lines += _table(
-            ["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
-            (
-                [
-                    r.get("backend"),
-                    format_chunk(r.get("chunk")),
-                    r.get("concurrency"),
-                    r.get("repeat"),
-                    f"{r.get('status')} ({r['category']})" if r.get("category") else r.get("status"),
-                    "; ".join(map(str, r.get("reasons") or [])) or "-",
-                ]
-                for r in failed
-            ),
-        )
-    if verdicts:
-        lines += ["", "## Verdicts", ""]
-        lines += _table(
-            ["Kind", "Subject", "Result", "Details"],
-            ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
-        )
-    for v in verdicts:  # verdicts that bring their own table (e.g. the layout recommendation's ranking)
-        sec = v.get("section")
-        if isinstance(sec, Mapping) and sec.get("header") and isinstance(sec.get("rows"), list):
-            lines += ["", f"## {sec.get('title') or v.get('kind')}", "", v.get("message", ""), ""]
-            lines += _table(list(sec["header"]), sec["rows"])
-            if sec.get("plot"):
-                lines += ["", f"![{sec.get('title') or v.get('kind')}]({sec['plot']})"]
-    from pytest_sskj.acceptance.agreement import agreement_table
-
-    agreement = agreement_table(verdicts)
-    if agreement:
-        lines += ["", "## Output agreement (exact token ids, fixed greedy probes)", "", *agreement]
+def _search_and_gate_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines: list[str] = []
     searches = [v for v in verdicts if v.get("kind") == "search"]
     if searches:
         lines += ["", "## Concurrency search", ""]
@@ -351,6 +336,103 @@ def render_summary(
                 for v, g in gates
             ),
         )
+    return lines
+
+
+def _section_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Verdicts that bring their own table (the layout recommendation's ranking) and the output agreement."""
+    lines: list[str] = []
+    for v in verdicts:
+        sec = v.get("section")
+        if isinstance(sec, Mapping) and sec.get("header") and isinstance(sec.get("rows"), list):
+            lines += ["", f"## {sec.get('title') or v.get('kind')}", "", v.get("message", ""), ""]
+            lines += _table(list(sec["header"]), sec["rows"])
+            if sec.get("plot"):
+                lines += ["", f"![{sec.get('title') or v.get('kind')}]({sec['plot']})"]
+    from pytest_sskj.acceptance.agreement import agreement_table
+
+    agreement = agreement_table(verdicts)
+    if agreement:
+        lines += ["", "## Output agreement (exact token ids, fixed greedy probes)", "", *agreement]
+    return lines
+
+
+def _facts(m: Mapping[str, Any], settings: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    facts = [
+        ("status", m.get("status")),
+        ("engine", settings.get("engine")),
+        ("model", settings.get("model_name") or settings.get("model_path")),
+        ("platform", settings.get("platform")),
+        ("started", m.get("start_iso")),
+        ("ended", m.get("end_iso")),
+    ]
+    if settings.get("tp"):
+        facts.append(
+            ("parallel", f"TP{settings.get('tp')}/EP{settings.get('ep')}/DP{settings.get('dp')}/PP{settings.get('pp')}")
+        )
+    if settings.get("isl"):
+        facts.append(
+            (
+                "shape",
+                f"ISL {settings.get('isl')} / OSL {settings.get('osl')}, "
+                f"{settings.get('requests')} requests x {settings.get('repeats')} repeats",
+            )
+        )
+    return facts
+
+
+def render_summary(
+    rows: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[Mapping[str, Any]],
+    *,
+    manifest: Mapping[str, Any] | None = None,
+    baseline: str | None = None,
+    plots: Sequence[Path] = (),
+    problems: Sequence[str] = (),
+) -> str:
+    """The Markdown text of ``summary.md``."""
+    m = manifest or {}
+    settings = m.get("settings") if isinstance(m.get("settings"), Mapping) else {}
+    assert isinstance(settings, Mapping)
+    if baseline is None and settings.get("backends"):
+        baseline = str(next(iter(settings["backends"])))
+    lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
+    lines += [f"- {k}: {v}" for k, v in _facts(m, settings) if v not in (None, "")]
+    if problems:
+        lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
+    points = summarize_points(rows, baseline)
+    lines += ["", "## Serving points (median of passed repeats)", ""]
+    if points:
+        lines += _table(
+            [*MEDIANS_HEADER, "Repeats passed"], ([*medians_cells(p), f"{p.passed}/{p.repeats}"] for p in points)
+        )
+    else:
+        lines.append("No serving point finished.")
+    failed = [r for r in rows if r.get("status") not in ("passed", None)]
+    if failed:
+        lines += ["", "## Points that did not pass", ""]
+        lines += _table(
+            ["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
+            (
+                [
+                    r.get("backend"),
+                    format_chunk(r.get("chunk")),
+                    r.get("concurrency"),
+                    r.get("repeat"),
+                    f"{r.get('status')} ({r['category']})" if r.get("category") else r.get("status"),
+                    "; ".join(map(str, r.get("reasons") or [])) or "-",
+                ]
+                for r in failed
+            ),
+        )
+    if verdicts:
+        lines += ["", "## Verdicts", ""]
+        lines += _table(
+            ["Kind", "Subject", "Result", "Details"],
+            ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
+        )
+    lines += _section_lines(verdicts)
+    lines += _search_and_gate_lines(verdicts)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
     return "\n".join(lines) + "\n"

@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.rundir import atomic_target
+
 __all__ = [
     "ADDRESS_PATTERN",
     "DEFAULT_BATCH",
@@ -236,12 +238,8 @@ def ensure_tiny_model(cache_dir: Path, *, eos_bias: float = -1.0, model_format: 
     with FileLock(str(path) + ".lock"):
         if path.is_file() and path.stat().st_size > 0:
             return path
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
+        with atomic_target(path) as tmp:
             build_tiny_model(tmp, eos_bias=eos_bias, model_format=model_format)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
     return path
 
 

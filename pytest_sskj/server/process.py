@@ -290,10 +290,9 @@ class Reaper:
     def _write(self) -> None:
         import json
 
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        tmp.write_text(json.dumps({"pids": [[p, ct] for p, ct in self.entries.items()]}))
-        os.replace(tmp, self.state_path)
+        from pytest_sskj.rundir import atomic_write_text
+
+        atomic_write_text(self.state_path, json.dumps({"pids": [[p, ct] for p, ct in self.entries.items()]}))
 
     def register(self, proc: ManagedProcess) -> None:
         """Have ``proc``'s tree (its session) reaped should this process die."""

@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.rundir import atomic_write_text
+
 __all__ = ["FAULTS", "MockConfig", "MockServer", "spawn_mock_server"]
 
 FAULTS = (
@@ -523,9 +525,7 @@ def main(argv: list[str] | None = None) -> None:
         assert stopping is not None
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
         if a.port_file is not None:
-            tmp = a.port_file.with_suffix(".tmp")
-            tmp.write_text(str(running.port))
-            os.replace(tmp, a.port_file)
+            atomic_write_text(a.port_file, str(running.port))
         sys.stdout.write(f"mock server listening on http://127.0.0.1:{running.port}\n")
         sys.stdout.flush()
         await task

@@ -123,6 +123,8 @@ def test_real_results_render_to_one_file_that_chromium_shows(
             str(shot),
             "--name",
             "pytest-sskj e2e",
+            "--history",
+            str(tmp_path / "allure-history.jsonl"),
         ]
     )
     printed = capsys.readouterr()
@@ -136,6 +138,7 @@ def test_real_results_render_to_one_file_that_chromium_shows(
         in printed.out
     ), printed.out
     assert "plot 'chunk_curve_marlin_c8.png' (800x500 px)" in printed.out, printed.out
+    assert len((tmp_path / "allure-history.jsonl").read_text().splitlines()) == 1, "one history entry per report"
     ids = json.loads(out.with_name("report.test-results.json").read_text())["byId"]
     assert sorted(v["name"] for v in ids.values()) == [
         "test_chunk_curve",

@@ -96,10 +96,17 @@ def test_ttft_samples_come_from_measured_successful_requests(tmp_path: Path) -> 
     assert ttft_samples([legacy]) == [125.0, 7.5]
 
 
-def test_request_files_map_to_the_longest_matching_backend(tmp_path: Path) -> None:
+def test_request_files_map_to_their_rows_backend(tmp_path: Path) -> None:
+    """Rows say which file is theirs (``request_file``, else their point's store file); no path matching."""
     _records(tmp_path / "points" / "flashinfer_mxfp4-chunk4096-c8-r0" / "requests.jsonl", [0.1])
     _records(tmp_path / "points" / "marlin-chunk4096-c8-r0" / "requests.jsonl", [0.2])
-    found = find_request_files(tmp_path, ["marlin", "flashinfer", "flashinfer_mxfp4"])
+    _records(tmp_path / "points" / "flashinfer-chunk4096-c8-r0" / "requests.jsonl", [0.3])  # no row: not used
+    rows = [
+        {"backend": "flashinfer_mxfp4", "request_file": "points/flashinfer_mxfp4-chunk4096-c8-r0/requests.jsonl"},
+        {"backend": "marlin", "point_id": "marlin-chunk4096-c8-r0"},
+        {"backend": "flashinfer", "point_id": "flashinfer-chunk8192-c8-r0"},  # its file is missing
+    ]
+    found = find_request_files(tmp_path, rows)
     assert {b: [p.parent.name for p in ps] for b, ps in found.items()} == {
         "flashinfer_mxfp4": ["flashinfer_mxfp4-chunk4096-c8-r0"],
         "marlin": ["marlin-chunk4096-c8-r0"],
@@ -138,7 +145,9 @@ def test_render_all_writes_every_plot_it_has_data_for(tmp_path: Path) -> None:
             "steps": [{"concurrency": 16, "value": 2000.0, "passed": True}],
         }
     ]
-    written = render_all(tmp_path, ROWS, verdicts)
+    rows = [dict(r) for r in ROWS]  # the rows name their per-request files (schema sskj-row/2)
+    rows[0]["request_file"] = "points/marlin-chunk4096-c8-r0/requests.jsonl"
+    written = render_all(tmp_path, rows, verdicts)
     assert sorted(p.name for p in written) == [
         "search_0_marlin_8192.png",
         "throughput_vs_chunk.png",

@@ -1,0 +1,178 @@
+"""Subcommands of ``python -m pytest_sskj``: ``db import``, ``history``, ``compare`` and ``export``.
+
+The database is ``--db URL``, else ``$SSKJ_DB``, else ``<reports dir>/results.sqlite``; the reports dir is
+``--reports-dir``, else ``$SSKJ_REPORTS_DIR``, else ``reports/``.  Exit status: 0 done, 1 refused
+(incomparable runs), 2 bad input or an unreachable database.  URLs are printed with the password redacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parsers", "run"]
+
+COMMANDS = ("db", "history", "compare", "export")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--db", default=None, help="database URL or SQLite path (default: $SSKJ_DB or <reports>/results.sqlite)"
+    )
+    p.add_argument(
+        "--reports-dir", type=Path, default=None, help="reports root (default: $SSKJ_REPORTS_DIR or reports/)"
+    )
+
+
+def _fmt(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json", dest="fmt", action="store_const", const="json", default="text", help="print JSON")
+    g.add_argument("--csv", dest="fmt", action="store_const", const="csv", help="print CSV")
+
+
+def add_parsers(sub: Any) -> None:
+    """Add the history subcommands to ``python -m pytest_sskj``'s subparsers."""
+    db = sub.add_parser("db", help="the results database")
+    dsub = db.add_subparsers(dest="action", required=True)
+    imp = dsub.add_parser("import", help="write run directories into the database (back-fill or retry; idempotent)")
+    imp.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    _common(imp)
+    hist = sub.add_parser("history", help="every stored point across runs, filtered")
+    for name in ("platform", "model", "engine", "backend", "layout", "tag", "run"):
+        hist.add_argument(f"--{name}", default=None)
+    hist.add_argument("--shape", default=None, help="ISL512/OSL16 or 512/16")
+    hist.add_argument("--since", default=None, help="runs started on or after this date (YYYY-MM-DD)")
+    hist.add_argument("--until", default=None, help="runs started on or before this date (YYYY-MM-DD)")
+    _fmt(hist)
+    _common(hist)
+    cmp_ = sub.add_parser("compare", help="point-by-point deltas of run B against run A (run ids or release tags)")
+    cmp_.add_argument("a", help="baseline: run id, release tag or last-release")
+    cmp_.add_argument("b", help="candidate: run id or release tag")
+    cmp_.add_argument("--allow-incomparable", action="store_true", help="compare anyway, marking every point")
+    cmp_.add_argument("--margin", type=float, default=0.0, help="percent B must beat A by to count as better")
+    cmp_.add_argument("--json", dest="fmt", action="store_const", const="json", default="text")
+    _common(cmp_)
+    exp = sub.add_parser("export", help="the users' JSONL shapes of a run (adaptive_points/shapes, run_manifest)")
+    exp.add_argument("--run", required=True, help="run id (folder under the reports dir)")
+    exp.add_argument("--out", type=Path, default=None, help="output folder (default: <run dir>/export)")
+    exp.add_argument("--reports-dir", type=Path, default=None)
+
+
+def _reports(args: argparse.Namespace) -> Path:
+    return Path(args.reports_dir or os.environ.get("SSKJ_REPORTS_DIR") or "reports")
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from pytest_sskj.history.db import ResultsDB, display_url, resolve_url
+
+    try:
+        url = resolve_url(args.db or os.environ.get("SSKJ_DB"), _reports(args))
+    except ValueError as exc:
+        raise SystemExit(
+            _fail(f"--db: {exc}; accepted: postgresql://user:pass@host/db, sqlite:///path, a path")
+        ) from None
+    if url is None:
+        raise SystemExit(_fail("--db none: no database to use"))
+    if url.startswith("sqlite:///") and args.command != "db" and not Path(url.split(":///", 1)[1]).is_file():
+        raise SystemExit(_fail(f"no results database at {display_url(url)}; write one with `db import RUN_DIR`"))
+    try:
+        return ResultsDB(url)
+    except Exception as exc:
+        from pytest_sskj.report.redact import redact_text
+
+        raise SystemExit(_fail(f"results database {display_url(url)} unreachable: {redact_text(str(exc))}")) from None
+
+
+def _fail(text: str, code: int = 2) -> int:
+    sys.stderr.write(text + "\n")
+    return code
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _import(args: argparse.Namespace) -> int:
+    from pytest_sskj.history.importer import import_run
+
+    db = _open(args)
+    bad = [d for d in args.run_dirs if not d.is_dir()]
+    if bad:
+        return _fail(f"not a run directory: {', '.join(map(str, bad))}")
+    for d in args.run_dirs:
+        got = import_run(db, d)
+        tags = f", tags {', '.join(got.tags)}" if got.tags else ""
+        _out(f"imported {got.run_id}: {got.points} point(s), {got.verdicts} verdict(s){tags} -> {db.display}")
+        for p in got.problems:
+            _out(f"  note: {p}")
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    from pytest_sskj.history.query import HISTORY_COLUMNS, Filters, history_rows, render_rows
+
+    keys = ("platform", "model", "engine", "backend", "layout", "shape", "since", "until", "tag", "run")
+    rows = history_rows(_open(args), Filters(**{k: getattr(args, k) for k in keys}))
+    if not rows and args.fmt == "text":
+        _out("no stored point matches")
+        return 0
+    _out(render_rows(rows, HISTORY_COLUMNS, args.fmt))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pytest_sskj.history.gate import BaselineError, resolve_baseline
+    from pytest_sskj.history.query import compare_runs, render_compare
+
+    db = _open(args)
+    try:
+        a = resolve_baseline(args.a, _reports(args), db, prefer_db=True)
+        b = resolve_baseline(args.b, _reports(args), db, prefer_db=True)
+    except BaselineError as exc:
+        return _fail(str(exc).replace("--sskj-baseline ", ""))
+    c = compare_runs(a, b, allow_incomparable=args.allow_incomparable, margin_pct=args.margin)
+    _out(render_compare(c, args.fmt))
+    if c.problems and not args.allow_incomparable:
+        return _fail("refused: the runs are not comparable (--allow-incomparable compares and marks them)", 1)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pytest_sskj.history.export import export_run
+
+    run_dir = _reports(args) / args.run
+    if not run_dir.is_dir():
+        return _fail(f"run directory {run_dir} does not exist (see --reports-dir)")
+    for path in export_run(run_dir, args.out):
+        _out(f"wrote {path}")
+    return 0
+
+
+def record_release(reports: Path, tag: str) -> str:
+    """After ``release mark``: the tag into the results database (``$SSKJ_DB`` or the default file), so
+    ``history --tag`` and ``--sskj-baseline TAG`` find it from any machine; a note, never a failure."""
+    from pytest_sskj.history.db import ResultsDB, display_url, resolve_url
+    from pytest_sskj.history.importer import release_marks
+    from pytest_sskj.report.redact import redact_text
+
+    mark = next((m for m in release_marks(reports) if m["tag"] == tag), None)
+    url = resolve_url(os.environ.get("SSKJ_DB"), reports) if mark else None
+    if mark is None or url is None:
+        return ""
+    try:
+        db = ResultsDB(url)
+        for rid in mark["run_ids"]:
+            db.put_tag(tag, rid, mark.get("marked_at"))
+        db.close()
+    except Exception as exc:  # the mark file is the record; the database is a copy
+        return f"note: tag not written to {display_url(url)} ({redact_text(str(exc)).splitlines()[0][:200]})"
+    return f"tag {tag} recorded in {display_url(url)}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch one parsed history subcommand."""
+    handler = {"db": _import, "history": _history, "compare": _compare, "export": _export}[args.command]
+    return handler(args)

@@ -1,0 +1,154 @@
+"""The users' JSONL shapes from the run store: ``adaptive_points.jsonl``, ``adaptive_shapes.jsonl`` and
+``run_manifest.json`` (their ``adaptive_results/<run_id>/`` layout), so their Python analysis keeps working.
+
+Every field is documented in ``docs/HISTORY.md``; metric names are sglang's with the unit in the name and
+``null`` when undefined (never 0).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_sskj.history.importer import read_manifest
+from pytest_sskj.report.results import read_results
+from pytest_sskj.rundir import RunLayout, atomic_write_json, atomic_write_text, jsonable
+
+__all__ = ["POINT_FIELDS", "export_run", "point_lines", "shape_lines"]
+
+_POINT_METRICS = (
+    ("request_throughput", "request_throughput"),
+    ("input_throughput", "input_throughput"),
+    ("output_throughput", "output_throughput"),
+    ("total_throughput", "total_throughput"),
+    ("ttft_p50_ms", "median_ttft_ms"),
+    ("ttft_p95_ms", "p95_ttft_ms"),
+    ("tpot_p95_ms", "p95_tpot_ms"),
+    ("itl_p95_ms", "p95_itl_ms"),
+    ("e2e_p95_ms", "p95_e2e_latency_ms"),
+)
+POINT_FIELDS = (
+    "run_id",
+    "platform",
+    "model",
+    "engine",
+    "config",
+    "backend",
+    "chunk",
+    "isl",
+    "osl",
+    "concurrency",
+    "repeat",
+    "kind",
+    "status",
+    "completed",
+    "failed",
+    *(name for name, _ in _POINT_METRICS),
+    "slo_met",
+    "slo",
+    "request_file",
+    "reasons",
+)
+
+
+def _run_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    s = manifest.get("settings") if isinstance(manifest.get("settings"), Mapping) else {}
+    assert isinstance(s, Mapping)
+    return {
+        "platform": s.get("platform"),
+        "model": s.get("model_name") or s.get("model_path"),
+        "engine": s.get("engine"),
+        "config": "/".join(f"{k.upper()}{s.get(k)}" for k in ("tp", "ep", "dp", "pp")),
+    }
+
+
+def _slo_met(gates: Mapping[str, Any]) -> bool | None:
+    judged = [v for v in gates.values() if v is not None]
+    if not judged:
+        return None
+    return all(bool(v) for v in judged)
+
+
+def point_lines(rows: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One ``adaptive_points.jsonl`` object per probed point and repeat."""
+    facts = _run_facts(manifest)
+    out = []
+    for r in rows:
+        gates = r.get("slo_met") if isinstance(r.get("slo_met"), Mapping) else {}
+        assert isinstance(gates, Mapping)
+        line = {"run_id": r.get("run_id"), **facts}
+        line.update({k: r.get(k) for k in ("backend", "chunk", "isl", "osl", "concurrency", "repeat")})
+        line.update(kind=r.get("kind", "serve"), status=r.get("status"), completed=r.get("completed"))
+        line["failed"] = r.get("failed")
+        line.update({name: r.get(col) for name, col in _POINT_METRICS})
+        line.update(slo_met=_slo_met(gates), slo=dict(gates), request_file=r.get("request_file"))
+        line["reasons"] = list(r.get("reasons") or [])
+        out.append({k: line.get(k) for k in POINT_FIELDS})
+    return out
+
+
+def _median(vals: Sequence[Any]) -> float | None:
+    nums = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return statistics.median(nums) if nums else None
+
+
+def shape_lines(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One ``adaptive_shapes.jsonl`` object per shape (config, backend, chunk, ISL, OSL): the concurrencies
+    probed and the best one, the highest concurrency whose every passed repeat met every judged SLO gate."""
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    keys = ("config", "backend", "chunk", "isl", "osl")
+    for p in points:
+        groups.setdefault(tuple(str(p.get(k)) for k in keys), []).append(p)
+    out = []
+    for group in groups.values():
+        by_c: dict[int, list[Mapping[str, Any]]] = {}
+        for p in group:
+            if p.get("status") == "passed" and isinstance(p.get("concurrency"), int):
+                by_c.setdefault(int(p["concurrency"]), []).append(p)
+        ok = [c for c, ps in by_c.items() if all(q.get("slo_met") is not False for q in ps)]
+        best = max(ok) if ok else None
+        at = by_c.get(best, []) if best is not None else []
+        missed = sorted(c for c in by_c if c not in ok)
+        first = group[0]
+        out.append(
+            {
+                **{k: first.get(k) for k in ("run_id", "platform", "model", "engine", *keys)},
+                "concurrencies": sorted(
+                    {int(p["concurrency"]) for p in group if isinstance(p.get("concurrency"), int)}
+                ),
+                "best_concurrency": best,
+                "slo_missed_at": missed,
+                "repeats_at_best": len(at),
+                **{f"{m}_at_best": _median([q.get(m) for q in at]) for m in ("input_throughput", "output_throughput")},
+                "ttft_p95_ms_at_best": _median([q.get("ttft_p95_ms") for q in at]),
+                "tpot_p95_ms_at_best": _median([q.get("tpot_p95_ms") for q in at]),
+            }
+        )
+    return out
+
+
+def _manifest_doc(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    keep = ("run_id", "start_iso", "end_iso", "status", "exitstatus", "settings", "engine", "engines", "gpu")
+    doc = {k: manifest.get(k) for k in keep}
+    doc.update(_run_facts(manifest))
+    doc.update(packages=manifest.get("packages"), host=manifest.get("host"), pytest_sskj=manifest.get("pytest_sskj"))
+    return doc
+
+
+def export_run(run_dir: Path, out: Path | None = None) -> list[Path]:
+    """Write the three files for ``run_dir`` into ``out`` (default ``<run dir>/export``); returns their paths."""
+    out = Path(out) if out is not None else RunLayout(run_dir).export
+    manifest = read_manifest(run_dir)
+    points = point_lines(read_results(run_dir).rows, manifest)
+
+    def jsonl(items: Sequence[Mapping[str, Any]]) -> str:
+        return "".join(json.dumps(jsonable(i), sort_keys=False, allow_nan=False) + "\n" for i in items)
+
+    return [
+        atomic_write_text(out / "adaptive_points.jsonl", jsonl(points)),
+        atomic_write_text(out / "adaptive_shapes.jsonl", jsonl(shape_lines(points))),
+        atomic_write_json(out / "run_manifest.json", _manifest_doc(manifest), indent=2),
+    ]

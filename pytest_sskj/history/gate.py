@@ -1,0 +1,364 @@
+"""The baseline regression gate (``--sskj-baseline REF``): every serving configuration of this run judged
+against the matching configuration of an earlier run, repeat by repeat.
+
+The unit of replication is the repeat (one server run): for each headline metric the median over this
+run's passed repeats is compared with the median over the baseline's.  The tolerance is the baseline's
+own repeat spread (the largest relative distance of a baseline repeat from its median) plus
+``--sskj-regression-margin``.  Outcomes:
+
+- ``regression``: the median is worse by more than the tolerance *and* even this run's best repeat is
+  worse than the baseline's worst (the repeat ranges do not overlap) — ``TTFT P95 regressed 12.3 % since
+  v1.3 …``; a waiver in ``release.toml`` that has not expired turns it into ``waived``;
+- ``inconclusive``: worse by more than the tolerance but the ranges overlap (more repeats decide);
+- ``passed``: no metric worse by more than its tolerance;
+- ``no_match``: the baseline has no passed repeat of this configuration (never a silent pass);
+- client-bound repeats make it ``inconclusive``: this run's for a regression (the client may have caused
+  the drop), the baseline's for a pass (its figures only bound the server's).
+
+A baseline of another shape (ISL/OSL) or environment (engine, model, platform, parallel layout, endpoint)
+is refused before anything runs (:func:`refusals`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_sskj.history.db import ResultsDB
+from pytest_sskj.history.importer import read_manifest, release_marks
+from pytest_sskj.report.results import read_results
+from pytest_sskj.vocabulary import COMPARISON_METRICS, METRICS
+
+__all__ = [
+    "HEADLINE",
+    "Baseline",
+    "BaselineError",
+    "GateOutcome",
+    "Waiver",
+    "engine_differences",
+    "env_facts",
+    "incomparable",
+    "judge_config",
+    "load_waivers",
+    "read_toml",
+    "refusals",
+    "resolve_baseline",
+]
+
+HEADLINE: tuple[tuple[str, str, bool], ...] = tuple(
+    (METRICS[m].label, m, METRICS[m].higher_is_better) for m in COMPARISON_METRICS
+)
+"""(label in the users' tables, row column, higher is better), from the metric vocabulary."""
+
+_COMPARABLE = ("engine", "model", "platform", "layout", "endpoint")
+
+
+class BaselineError(ValueError):
+    """The baseline reference cannot be used (unknown, or not comparable); the message says why."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The run a gate or ``compare`` judges against."""
+
+    ref: str
+    run_id: str
+    label: str
+    facts: Mapping[str, Any]
+    rows: tuple[Mapping[str, Any], ...]
+    source: str
+    samples: Mapping[str, Mapping[str, Sequence[float]]] = field(default_factory=dict)
+    """Per-request samples (ms) by point id, for the repeat-level comparison of ``compare``."""
+
+    @property
+    def named(self) -> str:
+        """``release v1.3 (run 20261130-…)`` or ``run 20261130-…``."""
+        return self.label if self.label == f"run {self.run_id}" else f"{self.label} (run {self.run_id})"
+
+
+def env_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What makes two runs comparable, from a manifest: engine (+ version), model, platform, layout, endpoint,
+    shape."""
+    s = manifest.get("settings") if isinstance(manifest.get("settings"), Mapping) else {}
+    assert isinstance(s, Mapping)
+    eng = manifest.get("engine") if isinstance(manifest.get("engine"), Mapping) else {}
+    assert isinstance(eng, Mapping)
+    pkgs = manifest.get("packages") if isinstance(manifest.get("packages"), Mapping) else {}
+    assert isinstance(pkgs, Mapping)
+    engine = s.get("engine")
+    return {
+        "engine": engine,
+        "engine_version": eng.get("version") or eng.get(str(engine)) or _package_version(str(engine), pkgs),
+        "model": s.get("model_name") or s.get("model_path"),
+        "platform": s.get("platform"),
+        "layout": "/".join(f"{k.upper()}{s.get(k)}" for k in ("tp", "ep", "dp", "pp")),
+        "endpoint": s.get("endpoint"),
+        "shape": f"ISL {s.get('isl')} / OSL {s.get('osl')}",
+        "engine_facts": dict(eng),
+    }
+
+
+def engine_differences(base: Baseline, current: Mapping[str, Any]) -> list[str]:
+    """Recorded engine facts (versions, commits, driver, GPU) on which ``current`` (an :func:`env_facts`) and
+    the baseline differ (:func:`pytest_sskj.acceptance.comparability.fact_differences`); ``[]`` when either
+    side recorded none yet."""
+    from pytest_sskj.acceptance.comparability import fact_differences
+
+    a, b = base.facts.get("engine_facts") or {}, current.get("engine_facts") or {}
+    return [f"engine fact {d}" for d in fact_differences(a, b)] if a and b else []
+
+
+def _package_version(engine: str, packages: Mapping[str, Any]) -> Any:
+    """The recorded version of the engine's first distribution (the registry names them), else ``None``."""
+    from pytest_sskj.engines import UnknownEngine, get_engine
+
+    try:
+        dists = get_engine(engine).versions.distributions
+    except UnknownEngine:
+        return None
+    return next((packages[d] for d in dists if packages.get(d)), None)
+
+
+def incomparable(current: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
+    """Why two runs' environments cannot be compared (``[]``: comparable)."""
+    return [
+        f"{k} {base.get(k)!r} in the baseline, {current.get(k)!r} here"
+        for k in _COMPARABLE
+        if base.get(k) != current.get(k)
+    ]
+
+
+def refusals(current: Mapping[str, Any], baseline: Baseline) -> list[str]:
+    """Reasons to refuse ``baseline`` for this run: another shape, or an incomparable environment."""
+    out = []
+    if baseline.facts.get("shape") != current.get("shape"):
+        out.append(f"the baseline ran {baseline.facts.get('shape')}, this run {current.get('shape')}")
+    return out + incomparable(current, baseline.facts)
+
+
+def _run_from_files(ref: str, run_id: str, label: str, reports_dir: Path) -> Baseline | None:
+    d = reports_dir / run_id
+    if not (d / "manifest.json").is_file():
+        return None
+    from pytest_sskj.acceptance.store import PointStore
+
+    rows = tuple(read_results(d).rows)
+    store = PointStore(d)
+    samples = {str(r.get("point_id")): (store.read(str(r.get("point_id"))) or ({}, {}))[1] for r in rows}
+    return Baseline(ref, run_id, label, env_facts(read_manifest(d)), rows, f"run directory {d}", samples)
+
+
+def _run_from_db(ref: str, run_id: str, label: str, db: ResultsDB | None) -> Baseline | None:
+    if db is None:
+        return None
+    runs = {r["run_id"]: r for r in db.runs()}
+    if run_id not in runs:
+        return None
+    pts = db.points_of([run_id])
+    rows = tuple(dict(p["row"]) for p in pts)
+    samples = {str(p["point_id"]): dict(p["samples"] or {}) for p in pts}
+    facts = env_facts(runs[run_id].get("manifest") or {})
+    return Baseline(ref, run_id, label, facts, rows, f"database {db.display}", samples)
+
+
+def resolve_baseline(ref: str, reports_dir: Path, db: ResultsDB | None, *, prefer_db: bool = False) -> Baseline:
+    """``ref`` is a release tag, a run id or ``last-release``; the run directory is read when it is here,
+    else the database.  Raises :class:`BaselineError` naming what exists."""
+    marks = release_marks(reports_dir)
+    tag = ref
+    if ref == "last-release":
+        tag = marks[-1]["tag"] if marks else (db.last_release() if db is not None else None) or ""
+        if not tag:
+            raise BaselineError(f"--sskj-baseline last-release: no release mark in {reports_dir / 'releases'}")
+    mark = next((m for m in marks if m["tag"] == tag), None)
+    run_ids = [str(mark["figures_run"])] if mark else (db.tagged(tag) if db is not None else [])
+    label = f"release {tag}" if run_ids else f"run {ref}"
+    for rid in run_ids or [ref]:
+        if prefer_db:
+            found = _run_from_db(ref, rid, label, db) or _run_from_files(ref, rid, label, reports_dir)
+        else:
+            found = _run_from_files(ref, rid, label, reports_dir) or _run_from_db(ref, rid, label, db)
+        if found is not None:
+            return found
+    known_runs = sorted((p.name for p in reports_dir.glob("*") if (p / "manifest.json").is_file()), reverse=True)
+    raise BaselineError(
+        f"--sskj-baseline {ref}: no release tag or run id {ref!r} in {reports_dir} "
+        f"{'or the database ' if db is not None else ''}"
+        f"(release tags: {', '.join(m['tag'] for m in marks) or 'none'}; latest runs: "
+        f"{', '.join(known_runs[:5]) or 'none'})"
+    )
+
+
+@dataclass(frozen=True)
+class Waiver:
+    """``[[waiver]]`` in ``release.toml``: ``point`` (config id glob), ``metric`` (optional), ``reason``,
+    ``expires`` (ISO date, required)."""
+
+    point: str
+    reason: str
+    expires: _dt.date
+    metric: str | None = None
+
+    def covers(self, config_id: str, metric: str) -> bool:
+        return fnmatch.fnmatchcase(config_id, self.point) and (self.metric is None or self.metric == metric)
+
+
+def load_waivers(data: Mapping[str, Any], where: str = "release.toml") -> list[Waiver]:
+    """The waivers of a parsed ``release.toml``; ``ValueError`` names a bad entry."""
+    out = []
+    for i, w in enumerate(data.get("waiver") or []):
+        if not isinstance(w, Mapping) or not w.get("point") or not w.get("reason") or not w.get("expires"):
+            raise ValueError(f"{where}: [[waiver]] #{i + 1} needs point, reason and expires (YYYY-MM-DD), got {w!r}")
+        exp = w["expires"]
+        try:
+            day = exp if isinstance(exp, _dt.date) else _dt.date.fromisoformat(str(exp))
+        except ValueError:
+            raise ValueError(f"{where}: [[waiver]] #{i + 1} expires={exp!r} is not a date YYYY-MM-DD") from None
+        out.append(Waiver(str(w["point"]), str(w["reason"]), day, str(w["metric"]) if w.get("metric") else None))
+    return out
+
+
+@dataclass
+class GateOutcome:
+    """The gate's judgement of one configuration."""
+
+    status: str
+    """``passed``, ``regression``, ``waived``, ``inconclusive`` or ``no_match``."""
+    message: str
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_verdict(self, config_id: str, baseline: Baseline) -> dict[str, Any]:
+        return {
+            "kind": "baseline",
+            "id": config_id,
+            "passed": {"passed": True, "waived": True, "regression": False}.get(self.status),
+            "outcome": self.status,
+            "baseline_ref": baseline.ref,
+            "baseline_run": baseline.run_id,
+            "metrics": self.metrics,
+            "message": self.message,
+        }
+
+
+def _nums(rows: Sequence[Mapping[str, Any]], col: str) -> list[float]:
+    return [float(r[col]) for r in rows if isinstance(r.get(col), (int, float)) and not isinstance(r.get(col), bool)]
+
+
+def _median(vals: Sequence[float]) -> float:
+    s = sorted(vals)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+def _metric(name: str, col: str, higher: bool, cur: list[float], base: list[float], margin: float) -> dict[str, Any]:
+    bm, cm = _median(base), _median(cur)
+    spread = max(abs(v / bm - 1.0) for v in base) * 100.0 if bm else 0.0
+    worse = ((1.0 - cm / bm) if higher else (cm / bm - 1.0)) * 100.0 if bm else 0.0
+    best_cur = max(cur) if higher else min(cur)
+    worst_base = min(base) if higher else max(base)
+    apart = best_cur < worst_base if higher else best_cur > worst_base
+    tol = spread + margin
+    status = "passed" if worse <= tol else ("regression" if apart else "inconclusive")
+    return {
+        "name": name,
+        "metric": col,
+        "baseline": bm,
+        "current": cm,
+        "worse_pct": worse,
+        "spread_pct": spread,
+        "tolerance_pct": tol,
+        "repeats": [len(base), len(cur)],
+        "status": status,
+    }
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def _client_bound(rows: Sequence[Mapping[str, Any]], whose: str) -> str:
+    """Why client-bound repeats void the claim: this run's void a regression (the client may have set the
+    drop), the baseline's void a pass (its figures are only bounds on the server's)."""
+    ids = [str(r.get("point_id") or "?") for r in rows if r.get("client_bound")]
+    if not ids:
+        return ""
+    return (
+        f"{whose} repeat(s) {', '.join(ids)} were client-bound (the client, not the server, set them), so the "
+        "comparison cannot be trusted; run the client on a less loaded machine or lower --concurrency"
+    )
+
+
+def _sentence(m: Mapping[str, Any], label: str) -> str:
+    verb = "regressed" if m["worse_pct"] > 0 else "improved"
+    return (
+        f"{m['name']} {verb} {abs(m['worse_pct']):.1f} % since {label} ({_fmt(m['baseline'])} -> {_fmt(m['current'])}, "
+        f"median of {m['repeats'][0]} vs {m['repeats'][1]} repeats; tolerance {m['tolerance_pct']:.1f} % = baseline "
+        f"repeat spread {m['spread_pct']:.1f} % + margin {m['tolerance_pct'] - m['spread_pct']:g} %)"
+    )
+
+
+def judge_config(
+    config: Mapping[str, Any],
+    current: Sequence[Mapping[str, Any]],
+    baseline: Baseline,
+    *,
+    margin_pct: float,
+    waivers: Sequence[Waiver] = (),
+    today: _dt.date | None = None,
+) -> GateOutcome:
+    """Judge ``current`` passed repeats of ``config`` (``backend``, ``chunk``, ``concurrency``, ``id``)."""
+    keys = ("backend", "chunk", "concurrency")
+    want = tuple(str(config[k]) for k in keys)
+    base = [
+        r
+        for r in baseline.rows
+        if r.get("status") == "passed"
+        and r.get("kind", "serve") == "serve"
+        and tuple(str(r.get(k)) for k in keys) == want
+    ]
+    cfg_id = str(config["id"])
+    if not base:
+        have = sorted({f"{r.get('backend')}-chunk{r.get('chunk')}-c{r.get('concurrency')}" for r in baseline.rows})
+        return GateOutcome(
+            "no_match",
+            f"no matching point: {baseline.named} has no passed repeat of {cfg_id} "
+            f"(it has: {', '.join(have) or 'no points'})",
+        )
+    metrics = []
+    for name, col, higher in HEADLINE:
+        cur, ref = _nums(current, col), _nums(base, col)
+        if cur and ref:
+            metrics.append(_metric(name, col, higher, cur, ref, margin_pct))
+    today = today or _dt.date.today()
+    bad = [m for m in metrics if m["status"] == "regression"]
+    bound = _client_bound(current if bad else base, "this run's" if bad else f"{baseline.label}'s")
+    if bound:
+        return GateOutcome("inconclusive", f"inconclusive: {bound}", metrics)
+    unsure = [m for m in metrics if m["status"] == "inconclusive"]
+    text = "; ".join(_sentence(m, baseline.label) for m in (bad or unsure or metrics))
+    if bad:
+        live = [w for w in waivers if all(w.covers(cfg_id, m["name"]) for m in bad)]
+        valid = [w for w in live if w.expires >= today]
+        if valid:
+            w = valid[0]
+            return GateOutcome("waived", f"{text} — waived until {w.expires}: {w.reason}", metrics)
+        expired = "".join(f" (waiver expired {w.expires}: {w.reason})" for w in live)
+        return GateOutcome("regression", text + expired, metrics)
+    if unsure:
+        return GateOutcome(
+            "inconclusive",
+            f"inconclusive: {text}; the repeat ranges overlap — add --repeats to separate signal from noise",
+            metrics,
+        )
+    return GateOutcome("passed", f"within tolerance of {baseline.label}: {text}", metrics)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """``release.toml`` as a dict (``{}`` when absent)."""
+    from pytest_sskj.report.release import _toml_loads
+
+    return _toml_loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

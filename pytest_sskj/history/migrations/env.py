@@ -1,0 +1,12 @@
+"""Alembic environment: migrations run on the connection :mod:`pytest_sskj.history.db` hands over."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from pytest_sskj.history.tables import metadata
+
+connection = context.config.attributes["connection"]
+context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
+with context.begin_transaction():
+    context.run_migrations()

@@ -1,0 +1,152 @@
+"""The run directory: its layout and the one atomic write every file of a run (and of the tool) goes through.
+
+``<reports dir>/<run id>/`` holds, per :class:`RunLayout`:
+
+- ``manifest.json`` — what ran (settings without secrets, versions, engine facts, status);
+- ``points/<point id>/{result.json,samples.json,requests.jsonl}`` — each point as it finishes (the
+  resume store: :class:`pytest_sskj.acceptance.store.PointStore`);
+- ``results.jsonl`` (journal) -> ``results.json`` / ``results.csv`` — one row per point and repeat;
+- ``verdicts.jsonl`` (journal) -> ``verdicts.json`` — comparisons, curves, searches, SLO and baseline gates;
+- ``medians.csv`` / ``medians.json`` and ``summary.md`` — renderings of the users' medians table;
+- ``search/<config>/steps.jsonl`` — adaptive search steps; ``plots/*.png``; ``logs/<node>/``;
+- ``export/`` — the users' JSONL shapes (``python -m pytest_sskj export``).
+
+:func:`atomic_write_bytes` (and its text/JSON forms) writes a sibling temporary file and renames it over the
+target, so a reader never sees half a file and a crash leaves the previous version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunLayout", "atomic_target", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "jsonable"]
+
+
+@contextlib.contextmanager
+def atomic_target(path: Path, *, mode: int | None = None) -> Iterator[Path]:
+    """A temporary path next to ``path`` to write to; renamed over ``path`` when the block succeeds, removed
+    when it raises (readers never see half a file; a crash leaves the previous version).
+
+    ``mode``: permission bits of the new file (e.g. ``0o666`` for a ledger other users update too)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> Path:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_target`)."""
+    with atomic_target(path, mode=mode) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """:func:`atomic_write_bytes` of ``text`` in UTF-8."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with NaN/inf floats as ``None`` and tuples/sets/paths as JSON types."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def atomic_write_json(path: Path, obj: Any, *, indent: int | None = 1) -> Path:
+    """``obj`` (through :func:`jsonable`) as sorted, strict JSON with a final newline, atomically."""
+    text = json.dumps(jsonable(obj), indent=indent, sort_keys=True, allow_nan=False, default=str)
+    return atomic_write_text(path, text + "\n")
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Every path of one run directory; nothing else in the code spells these names."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def points(self) -> Path:
+        return self.root / "points"
+
+    def point(self, point_id: str) -> Path:
+        return self.points / point_id
+
+    def point_result(self, point_id: str) -> Path:
+        return self.point(point_id) / "result.json"
+
+    def point_samples(self, point_id: str) -> Path:
+        return self.point(point_id) / "samples.json"
+
+    def request_file(self, point_id: str) -> Path:
+        """The per-request JSONL the bench client writes for ``point_id``."""
+        return self.point(point_id) / "requests.jsonl"
+
+    @property
+    def results_journal(self) -> Path:
+        return self.root / "results.jsonl"
+
+    @property
+    def results_json(self) -> Path:
+        return self.root / "results.json"
+
+    @property
+    def results_csv(self) -> Path:
+        return self.root / "results.csv"
+
+    @property
+    def verdicts_journal(self) -> Path:
+        return self.root / "verdicts.jsonl"
+
+    @property
+    def verdicts_json(self) -> Path:
+        return self.root / "verdicts.json"
+
+    @property
+    def medians_csv(self) -> Path:
+        return self.root / "medians.csv"
+
+    @property
+    def medians_json(self) -> Path:
+        return self.root / "medians.json"
+
+    @property
+    def summary_md(self) -> Path:
+        return self.root / "summary.md"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    def search_steps(self, config_id: str) -> Path:
+        return self.root / "search" / config_id / "steps.jsonl"
+
+    @property
+    def export(self) -> Path:
+        return self.root / "export"
