@@ -97,9 +97,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if settings is None or settings.dry_run or _is_worker(config):
         return
     from pytest_sskj.report.manifest import RunManifest, ensure_reports_root
+    from pytest_sskj.report.scrub import settings_secrets
 
     ensure_reports_root(settings.reports_dir)
-    config.stash[MANIFEST_KEY] = RunManifest.start(settings.run_dir, settings.run_id, settings.as_dict())
+    config.stash[MANIFEST_KEY] = RunManifest.start(
+        settings.run_dir, settings.run_id, settings.as_dict(), settings_secrets(settings)
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -108,11 +111,13 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     if settings is None or not settings.dry_run or _is_worker(session.config):
         return None
     from pytest_sskj.plan import plan_lines
+    from pytest_sskj.report.scrub import scrub_text, settings_secrets
 
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    secrets = settings_secrets(settings)
     for line in plan_lines(session.config, settings, session.items):
         if tr is not None:
-            tr.write_line(line)
+            tr.write_line(scrub_text(line, secrets))
     return True
 
 

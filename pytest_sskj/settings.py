@@ -23,7 +23,7 @@ from pytest_sskj import parsing
 from pytest_sskj.engines import engine_info
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
-from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.report.redact import REDACTED, redact_argv
 from pytest_sskj.slo import SloGate, parse_slo
 
 __all__ = ["Settings", "new_run_id", "resolve_settings"]
@@ -120,6 +120,7 @@ class Settings:
         d["ssh_config"] = str(self.ssh_config) if self.ssh_config else None
         d["slo"] = [str(g) for g in self.slo]
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
+        d["server_args"] = redact_argv(self.server_args)  # --api-key V and --api-key=V
         d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate
         d["sources"] = dict(self.sources)
         return d

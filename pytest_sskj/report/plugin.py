@@ -24,7 +24,7 @@ import pytest
 from pytest_sskj.report import allure as sskj_allure
 from pytest_sskj.report.outcomes import MARKERS_ATTR, OutcomeRecorder
 from pytest_sskj.report.results import ResultsWriter, read_results, read_verdicts
-from pytest_sskj.report.scrub import scrub, secret_values
+from pytest_sskj.report.scrub import scrub, settings_secrets
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
 
@@ -90,10 +90,7 @@ class Reporter:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
-        extra = [*settings.env]
-        if settings.ssh_identity is not None:
-            extra.append(("SSH_IDENTITY", str(settings.ssh_identity)))
-        self.secrets = secret_values(extra)
+        self.secrets = settings_secrets(settings)
         self.writer = ResultsWriter(settings.run_dir, secrets=self.secrets)
         markers = {str(line).split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
         markers |= {"skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings", "timeout"}
