@@ -30,6 +30,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     register_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    from pytest_sskj.options import check_raw_args
+
+    check_raw_args(args)
+
+
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from pytest_sskj import hookspecs
 

@@ -25,6 +25,7 @@ from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
 from pytest_sskj.report.redact import REDACTED, redact_argv
 from pytest_sskj.slo import SloGate, parse_slo
+from pytest_sskj.validate import check_ini_keys, check_settings
 
 __all__ = ["Settings", "new_run_id", "resolve_settings"]
 
@@ -145,6 +146,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "str": lambda v: str(v).strip() or None,
     "int": lambda v: parsing.parse_int(v, minimum=1),
     "int0": lambda v: parsing.parse_int(v, minimum=0),
+    "port": lambda v: parsing.parse_port(v, minimum=0),
+    "port1": lambda v: parsing.parse_port(v, minimum=1),
     "float": lambda v: float(v) if str(v).strip().lower() in ("inf", "+inf") else _nonneg_float(v),
     "bool": parsing.parse_bool,
     "size": parsing.parse_size,
@@ -170,13 +173,15 @@ def _accepted(opt: Option) -> str:
     return {
         "int": "a whole number >= 1",
         "int0": "a whole number >= 0",
+        "port": "a TCP port 1-65535, or 0 to pick a free one",
+        "port1": "a TCP port 1-65535",
         "float": "a number >= 0 (or inf)",
         "bool": "1/0, true/false",
         "size": "a token count with optional K suffix: 1, 512, 16K",
         "size_list": "a comma list of sizes: 4096,8K,16k",
         "int_list": "a comma list of whole numbers >= 1: 8,16",
         "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
-        "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
+        "nodes": "601-604, 601,603, gpu601-gpu604, host names, inventory:FILE.toml",
         "choice": ", ".join(opt.choices),
         "slo": "gates like ttft_p95_ms<3000,tpot_p95_ms<50, or none",
         "append": "KEY=VALUE" if opt.dest == "env" else "any string",
@@ -205,6 +210,8 @@ class _Resolver:
         self.environ = environ
         self.profile: Profile | None = None
         self.sources: dict[str, str] = {}
+        self.node_template = "{}"
+        """Resolved before ``nodes`` (which it expands), through the same precedence chain."""
 
     def raw(self, opt: Option) -> tuple[Any, str] | None:
         cli = self.config.getoption(f"sskj_{opt.dest}", None)
@@ -235,13 +242,7 @@ class _Resolver:
                 return _parse_env_pairs(items) if opt.dest == "env" else tuple(str(v) for v in items)
             if opt.kind == "nodes":
                 base = self.profile.path.parent if source == "profile" and self.profile else Path.cwd()
-                template = (
-                    self.config.getoption("sskj_node_template", None)
-                    or self.environ.get("SSKJ_NODE_TEMPLATE")
-                    or (self.profile.values.get("node_template") if self.profile else None)
-                    or "{}"
-                )
-                return parsing.expand_nodes(value, template=str(template), base_dir=base)
+                return parsing.expand_nodes(value, template=self.node_template, base_dir=base)
             return _PARSERS[opt.kind](value)
         except ValueError as exc:
             raise _usage(opt, where, str(exc), _hint(opt)) from None
@@ -265,7 +266,7 @@ class _Resolver:
 
 def _hint(opt: Option) -> str | None:
     return {
-        "nodes": "ranges run low-high: --nodes 601-604",
+        "nodes": "e.g. --nodes 601-604 (ranges run low-high), --nodes 601,603, or --nodes inventory:FILE.toml",
         "chunks": "chunk sizes are tokens per prefill step: --chunk 4K,8K,16K",
         "concurrencies": "concurrencies are client-side in-flight requests: --concurrency 8,16",
         "engine": "--engine sglang for SGLang, --engine embedded for the CPU engine",
@@ -300,6 +301,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     engine = r.get(by_dest["engine"], {}) or "embedded"
     info = engine_info(engine)
     values: dict[str, Any] = {"engine": engine}
+    check_ini_keys(config, {o.ini for o in OPTIONS})
+    values["node_template"] = r.node_template = str(r.get(by_dest["node_template"], info.defaults) or "{}")
     for opt in OPTIONS:
         if opt.dest in values:
             continue
@@ -325,6 +328,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         r.sources["launcher"] = "derived"
     settings = Settings(sources=dict(r.sources), **values)
     _check_combination(settings, by_dest)
+    check_settings(settings)
     return settings
 
 
@@ -332,51 +336,21 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
     info = engine_info(s.engine)
     unknown = [b for b in s.backends if b not in info.backends]
     if unknown:
-        raise _usage(
-            opts["backends"],
-            _where(s.sources.get("backends", "cli"), opts["backends"], None),
-            f"backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}",
-            f"engine {s.engine} accepts: {', '.join(info.backends)}; or pick another --engine",
-        )
-    nnodes = max(1, len(s.nodes))
-    world = s.tp * s.pp
-    if s.engine == "sglang":
-        if world % nnodes:
-            fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
-            raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
-                f"({', '.join(s.nodes) or 'local'})\n  Hint: use a node count that divides {world}, e.g. --nodes "
-                f"with {fits} node(s)"
-            )
-        if world // nnodes > s.gpus_per_node:
-            raise pytest.UsageError(
-                f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs "
-                f"per node, "
-                f"but nodes have {s.gpus_per_node}\n  Hint: add nodes, lower --tp, or set --sskj-gpus-per-node"
-            )
-        if s.tp % s.ep:
-            raise pytest.UsageError(
-                f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)\n  Hint: e.g. --tp 32 --ep 4"
-            )
-    if s.engine == "embedded" and (s.tp, s.ep, s.pp) != (1, 1, 1):
+        where = _where(s.sources.get("backends", "cli"), opts["backends"], None)
         raise pytest.UsageError(
-            "the embedded CPU engine has no tensor/expert/pipeline parallelism; "
-            "--tp/--ep/--pp must be 1\n  Hint: use --engine sglang or vllm for parallel sizes"
+            f"{where}: backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}\n"
+            f"  accepted: {', '.join(info.backends)} (the backends of engine {s.engine})\n"
+            f"  Hint: --backend {','.join(info.backends[:2])}, or pick another --engine"
         )
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
     if s.target_url is not None:
-        if not s.target_url.startswith(("http://", "https://")):
-            raise _usage(
-                opts["target_url"],
-                "--target-url",
-                f"{s.target_url!r} is not an http(s) URL",
-                "e.g. --target-url http://601:30000",
-            )
-        if s.sources.get("nodes") == "cli":
+        if s.sources.get("nodes") in ("cli", "env", "ini"):
+            nodes_where = _where(s.sources["nodes"], opts["nodes"], None)
             raise pytest.UsageError(
-                "--target-url benchmarks a server that is already running; --nodes would launch "
-                "one\n  Hint: give one of them"
+                f"--target-url benchmarks a server that is already running; --nodes (from {nodes_where}) "
+                "would launch one\n  accepted: one of them\n  Hint: drop --target-url, or unset the nodes "
+                "(unset SSKJ_NODES / remove sskj_nodes from the ini)"
             )
     if s.expect_best_chunk is not None and s.expect_best_chunk not in s.chunks:
         raise pytest.UsageError(

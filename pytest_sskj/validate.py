@@ -1,0 +1,249 @@
+"""Checks of a resolved :class:`~pytest_sskj.settings.Settings` that need more than one value parser.
+
+Every failure is a ``pytest.UsageError`` raised at configure time (before anything is launched or
+written) that says what was wrong, what is accepted and a hint.  Engine-specific rules live in one
+small function per engine (:data:`ENGINE_CHECKS`), so they can move with the engine's module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
+
+__all__ = ["ENGINE_CHECKS", "MAX_MODEL_TOKENS", "check_ini_keys", "check_settings", "unmapped_numeric_nodes"]
+
+MAX_MODEL_TOKENS = 10 * 1024 * 1024
+"""ISL + OSL above this exceeds the context of every model (the longest, Llama 4 Scout, has 10M)."""
+
+
+def usage(what: str, accepted: str, hint: str) -> pytest.UsageError:
+    return pytest.UsageError(f"{what}\n  accepted: {accepted}\n  Hint: {hint}")
+
+
+def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
+    """An ``sskj_*`` ini key (ini file or ``-o``) that is no pytest-sskj setting is a typo: refuse it."""
+    known_set = set(known)
+    keys = set(getattr(config, "_inicfg", None) or {})  # the ini file's keys (config.inicfg is deprecated)
+    for item in getattr(config.option, "override_ini", None) or []:
+        keys.add(str(item).partition("=")[0].strip())
+    bad = sorted(k for k in keys if k.startswith("sskj_") and k not in known_set)
+    if bad:
+        import difflib
+
+        close = [m for k in bad for m in difflib.get_close_matches(k, known_set, n=1)]
+        raise usage(
+            f"unknown pytest-sskj ini key(s) {', '.join(bad)}",
+            "the sskj_* keys listed by `pytest --help` (e.g. sskj_nodes, sskj_backends, sskj_chunks)",
+            f"did you mean {', '.join(close)}?" if close else "see the options table in README.md",
+        )
+
+
+def check_settings(s: Settings) -> None:
+    """Every cross-setting and engine check; the first failure raises."""
+    _check_target_url(s)
+    _check_reports_dir(s)
+    _check_run_id(s)
+    if s.request_rate <= 0:
+        raise usage(
+            f"--sskj-request-rate {s.request_rate} sends no request at all",
+            "a rate > 0 in requests/s, or inf",
+            "--sskj-request-rate inf sends everything at once, bounded by --concurrency",
+        )
+    if s.isl + s.osl > MAX_MODEL_TOKENS:
+        raise usage(
+            f"--isl {s.isl} + --osl {s.osl} tokens exceeds the context of every model ({MAX_MODEL_TOKENS} tokens)",
+            f"ISL + OSL <= {MAX_MODEL_TOKENS}",
+            "sizes take a K suffix: --isl 16K",
+        )
+    ENGINE_CHECKS[s.engine](s)
+    if s.launcher == "ssh" and s.launches:
+        _check_numeric_nodes(s)
+
+
+def _check_target_url(s: Settings) -> None:
+    if s.target_url is None:
+        return
+    url = s.target_url
+    accepted = "http(s)://HOST[:PORT] with a host name or address and a port 1-65535"
+    hint = "e.g. --target-url http://601:30000"
+    if any(c.isspace() for c in url):
+        raise usage(f"--target-url {url!r} contains white space", accepted, hint)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise usage(f"--target-url {url!r} is not an http(s) URL that names a host", accepted, hint)
+    try:
+        port = parts.port
+    except ValueError:
+        raise usage(f"--target-url {url!r} has a port outside 1-65535", accepted, hint) from None
+    if port == 0:
+        raise usage(f"--target-url {url!r} has port 0", accepted, hint)
+
+
+def _check_reports_dir(s: Settings) -> None:
+    d = s.reports_dir
+    accepted = "a directory that exists or can be created, and that you can write to"
+    for p in (d, *d.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is a file" if p == d else f"lies below {p}, which is a file"
+                raise usage(f"--reports-dir {d} {what}", accepted, "give a directory: --reports-dir reports")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise usage(
+                    f"--reports-dir {d}: {p} is not writable by this user",
+                    accepted,
+                    "pick a directory you own, e.g. --reports-dir ~/sskj-reports",
+                )
+            return
+
+
+def _check_run_id(s: Settings) -> None:
+    rid = s.run_id
+    if not rid or "/" in rid or "\\" in rid or rid in (".", "..") or rid.startswith("."):
+        raise usage(
+            f"--run-id {rid!r} is not a folder name",
+            "letters, digits, '-', '_' and '.', not starting with '.'",
+            "e.g. --run-id kimi3-marlin-vs-mxfp4",
+        )
+
+
+# -- engines -------------------------------------------------------------------------------------------
+
+_ENDPOINTS = {"embedded": ("completions", "chat"), "sglang": ("generate", "completions", "chat")}
+
+
+def _check_endpoint(s: Settings, served: tuple[str, ...], hint: str) -> None:
+    if s.endpoint not in served:
+        raise usage(f"engine {s.engine} does not serve the {s.endpoint!r} endpoint", ", ".join(served), hint)
+
+
+def _check_embedded(s: Settings) -> None:
+    from pytest_sskj.server.embedded import CTX_PER_SLOT
+
+    if (s.tp, s.ep, s.pp, s.dp) != (1, 1, 1, 1):
+        raise usage(
+            "the embedded CPU engine has no tensor/expert/pipeline parallelism (nor data parallelism), but "
+            f"TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp} was asked for",
+            "--tp 1 --ep 1 --dp 1 --pp 1 (the defaults)",
+            "use --engine sglang or vllm for parallel sizes; several embedded servers: --nodes with "
+            "--sskj-placement replicas",
+        )
+    _check_endpoint(s, _ENDPOINTS["embedded"], "llama.cpp has no SGLang /generate: --sskj-endpoint completions")
+    if s.isl + s.osl > CTX_PER_SLOT:
+        raise usage(
+            f"--isl {s.isl} + --osl {s.osl} tokens do not fit the embedded engine's {CTX_PER_SLOT}-token context "
+            "per slot",
+            f"ISL + OSL <= {CTX_PER_SLOT}",
+            "e.g. --isl 512 --osl 16 (the default)",
+        )
+
+
+def _check_sglang(s: Settings) -> None:
+    nnodes = max(1, len(s.nodes))
+    world = s.tp * s.pp
+    if world % nnodes:
+        fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
+        raise usage(
+            f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
+            f"({', '.join(s.nodes) or 'local'})",
+            f"a node count that divides {world}",
+            f"use a node count that divides {world}, e.g. --nodes with {fits} node(s)",
+        )
+    if world // nnodes > s.gpus_per_node:
+        raise usage(
+            f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs per node, "
+            f"but nodes have {s.gpus_per_node}",
+            f"TP x PP / nodes <= {s.gpus_per_node} (--sskj-gpus-per-node)",
+            "add nodes, lower --tp, or set --sskj-gpus-per-node",
+        )
+    if s.tp % s.ep:
+        raise usage(
+            f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)",
+            f"--ep a divisor of --tp {s.tp}",
+            "e.g. --tp 32 --ep 4",
+        )
+    _check_endpoint(s, _ENDPOINTS["sglang"], "--sskj-endpoint generate (SGLang's native API)")
+
+
+def _check_vllm(s: Settings) -> None:
+    _check_endpoint(s, ("completions", "chat"), "vLLM serves the OpenAI API: --sskj-endpoint completions")
+    if s.ep != 1 and s.ep != s.tp * s.dp:
+        raise usage(
+            f"vLLM's expert-parallel size is TP x DP = {s.tp * s.dp}; --ep {s.ep} cannot be set apart from them",
+            f"--ep 1 (no expert parallelism) or --ep {s.tp * s.dp} (--enable-expert-parallel)",
+            f"e.g. --tp {s.tp} --ep {s.tp * s.dp}",
+        )
+    nnodes = max(1, len(s.nodes))
+    ranks = s.placement == "ranks" and nnodes > 1
+    if ranks and s.dp % nnodes:
+        raise usage(
+            f"vLLM spreads data-parallel ranks evenly over nodes: --dp {s.dp} over {nnodes} nodes "
+            f"({', '.join(s.nodes)}) does not divide",
+            f"--dp a multiple of the node count ({nnodes}, {2 * nnodes}, ...)",
+            f"e.g. --dp {nnodes} --tp {max(1, s.tp // nnodes)}, or --sskj-placement replicas for independent servers",
+        )
+    per_node = (s.dp // nnodes if ranks else s.dp) * s.tp * s.pp
+    if per_node > s.gpus_per_node:
+        raise usage(
+            f"vLLM with TP{s.tp} x PP{s.pp} x DP{s.dp} needs {per_node} GPUs per node, but nodes have "
+            f"{s.gpus_per_node}",
+            f"TP x PP x DP per node <= {s.gpus_per_node} (--sskj-gpus-per-node)",
+            "lower --tp, add nodes with --dp, or set --sskj-gpus-per-node",
+        )
+
+
+ENGINE_CHECKS: Mapping[str, Callable[[Settings], None]] = {
+    "embedded": _check_embedded,
+    "sglang": _check_sglang,
+    "vllm": _check_vllm,
+}
+
+
+# -- node names ----------------------------------------------------------------------------------------
+
+
+def unmapped_numeric_nodes(nodes: Iterable[str], ssh_config: Path | None) -> list[str]:
+    """Bare numeric node names that ssh would dial as IPv4 addresses (``601`` is 0.0.2.89 to getaddrinfo):
+    those the ssh configuration (``ssh -G``, with ``-F`` when given) maps to no other host name."""
+    numeric = [n for n in nodes if n.isdigit()]
+    ssh = shutil.which("ssh")
+    if not numeric or ssh is None:
+        return []
+    out = []
+    for node in numeric:
+        argv = [ssh, *(["-F", str(ssh_config)] if ssh_config else []), "-G", node]
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return []  # no verdict without ssh: the launcher reports what ssh says
+        host = next((ln.split(None, 1)[1] for ln in res.stdout.splitlines() if ln.startswith("hostname ")), node)
+        if res.returncode == 0 and host.strip() in (node, _as_ipv4(node)):  # ssh -G shows 601 as 0.0.2.89
+            out.append(node)
+    return out
+
+
+def _check_numeric_nodes(s: Settings) -> None:
+    bad = unmapped_numeric_nodes(s.nodes, s.ssh_config)
+    if bad:
+        cfg = f" ({s.ssh_config})" if s.ssh_config else " (~/.ssh/config)"
+        raise usage(
+            f"node name(s) {', '.join(bad)} are bare numbers that no ssh configuration{cfg} maps to a host name; "
+            f"ssh would dial {bad[0]} as the IPv4 address {_as_ipv4(bad[0])}",
+            "host names, or numbers mapped by --sskj-node-template or an ssh_config 'Host' entry",
+            f"--sskj-node-template 'gpu{{}}' (node {bad[0]} -> host gpu{bad[0]}), or --sskj-ssh-config FILE with "
+            f"'Host {bad[0]}' / 'HostName <address>' entries",
+        )
+
+
+def _as_ipv4(n: str) -> str:
+    v = int(n) & 0xFFFFFFFF
+    return ".".join(str((v >> s) & 255) for s in (24, 16, 8, 0))
