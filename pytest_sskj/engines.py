@@ -76,6 +76,7 @@ ENGINES: Mapping[str, EngineInfo] = MappingProxyType(
                     "repeats": 3,
                     "endpoint": "completions",
                     "health_timeout_s": 60.0,
+                    "stall_timeout_s": 30.0,  # = the CPU SLO's TTFT bound: a hang is told within 60 s
                     "port": 0,
                 }
             ),
@@ -95,6 +96,7 @@ ENGINES: Mapping[str, EngineInfo] = MappingProxyType(
                     "repeats": 3,
                     "endpoint": "generate",
                     "health_timeout_s": 1800.0,
+                    "stall_timeout_s": 600.0,
                     "port": 30000,
                 }
             ),
@@ -114,6 +116,7 @@ ENGINES: Mapping[str, EngineInfo] = MappingProxyType(
                     "repeats": 3,
                     "endpoint": "completions",
                     "health_timeout_s": 1800.0,
+                    "stall_timeout_s": 600.0,
                     "port": 8000,
                 }
             ),

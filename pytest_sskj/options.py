@@ -249,6 +249,14 @@ OPTIONS: tuple[Option, ...] = (
         "Seconds to wait for rank 0 to become healthy (default: embedded 60, sglang/vllm 1800)",
     ),
     Option(
+        "stall_timeout_s",
+        ("--sskj-stall-timeout",),
+        "float",
+        "Seconds without a token while a request is open (first token included) after which the server counts "
+        "as hung: the point fails as 'hang' and its server is torn down; a request's deadline is this plus 2 s "
+        "per further output token (default: embedded 30, sglang/vllm 600)",
+    ),
+    Option(
         "server_args",
         ("--sskj-server-arg",),
         "append",

@@ -71,6 +71,7 @@ class Settings:
     port: int
     dist_init_port: int
     health_timeout_s: float
+    stall_timeout_s: float
     server_args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     python: str | None
@@ -320,6 +321,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         Path(values["reports_dir"]) if Path(values["reports_dir"]).is_absolute() else (base / values["reports_dir"])
     )
     values["health_timeout_s"] = values["health_timeout_s"] or 60.0
+    if values["stall_timeout_s"] is None:
+        values["stall_timeout_s"] = 600.0
     if values["port"] is None:
         values["port"] = 0
     if values["launcher"] is None:

@@ -59,6 +59,12 @@ def check_settings(s: Settings) -> None:
             "a rate > 0 in requests/s, or inf",
             "--sskj-request-rate inf sends everything at once, bounded by --concurrency",
         )
+    if s.stall_timeout_s <= 0:
+        raise usage(
+            f"--sskj-stall-timeout {s.stall_timeout_s:g} would call every request hung",
+            "seconds > 0 (default: embedded 30, sglang/vllm 600)",
+            "a 16K-token prefill at high concurrency needs minutes on a GPU server: --sskj-stall-timeout 600",
+        )
     if s.isl + s.osl > MAX_MODEL_TOKENS:
         raise usage(
             f"--isl {s.isl} + --osl {s.osl} tokens exceeds the context of every model ({MAX_MODEL_TOKENS} tokens)",

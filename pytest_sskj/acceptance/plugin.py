@@ -382,7 +382,12 @@ def _param_rank(item: pytest.Item) -> int:
 
 
 def _budget_s(settings: Settings, item: pytest.Item) -> float:
-    per_point = _POINT_BUDGET_S.get(settings.engine, _DEFAULT_POINT_BUDGET_S)
+    """pytest-timeout's bound of one acceptance test: its server start plus its points, each point allowed
+    its table budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
+    from pytest_sskj.bench.client import BenchTimeouts
+
+    deadline = BenchTimeouts.for_shape(settings.stall_timeout_s, settings.osl).deadline_s or 0.0
+    per_point = max(_POINT_BUDGET_S.get(settings.engine, _DEFAULT_POINT_BUDGET_S), deadline + 30.0)
     rank = _param_rank(item)
     points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):
@@ -403,9 +408,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _param_rank(it) < 0:
             continue
         if timeout_on and it.get_closest_marker("timeout") is None:
-            if cli_timeout is None:
-                ini = float(config.getini("timeout") or 0)
-                it.add_marker(pytest.mark.timeout(max(ini, _budget_s(settings, it)), method="signal"))
+            if cli_timeout is None:  # the point budget wins over an ini default such as timeout = 600
+                it.add_marker(pytest.mark.timeout(_budget_s(settings, it), method="signal"))
             else:
                 it.add_marker(pytest.mark.timeout(method="signal"))
         if xdist_on and _param_rank(it) == 0:

@@ -253,6 +253,7 @@ class ManagedProcess:
         left = self.pids()
         if left:
             self._signal_all(signal.SIGTERM, left)
+            self._signal_all(signal.SIGCONT, left)  # a stopped (SIGSTOP, hung) process acts on SIGTERM only then
             left = self._wait_gone(time.perf_counter() + timeout_s)
         if left:
             self._signal_all(signal.SIGKILL, left)

@@ -179,7 +179,7 @@ def terminate_script(state_dir: str, timeout_s: float) -> str:
         + f"""
 d={shlex.quote(state_dir)}
 pid=$(cat "$d/pid" 2>/dev/null) || {{ echo "left:"; exit 0; }}
-t=$(tree "$pid"); [ -n "$t" ] && kill -TERM $t 2>/dev/null
+t=$(tree "$pid"); [ -n "$t" ] && kill -TERM $t 2>/dev/null && kill -CONT $t 2>/dev/null
 i=0; n={max(1, int(timeout_s * 10))}
 while [ -n "$(tree "$pid")" ] && [ $i -lt $n ]; do sleep 0.1; i=$((i + 1)); done
 t=$(tree "$pid"); [ -n "$t" ] && kill -KILL $t 2>/dev/null
