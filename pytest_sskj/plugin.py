@@ -103,6 +103,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None or settings.dry_run or _is_worker(config):
         return
+    from pytest_sskj import interrupts
+
+    interrupts.install(config)  # SIGTERM unwinds like Ctrl-C: an interrupted, not a vanished, run
     from pytest_sskj.report.manifest import RunManifest, ensure_reports_root
     from pytest_sskj.report.scrub import settings_secrets
 
@@ -128,15 +131,31 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     return True
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Complete the manifest before pytest's final line, so that the summary written next shows it."""
+    finish_manifest(config, int(exitstatus))
+
+
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
     yield
-    manifest = session.config.stash.get(MANIFEST_KEY, None)
+    from pytest_sskj import interrupts
+
+    interrupts.restore(session.config)
+    finish_manifest(session.config, int(session.exitstatus))
+
+
+def finish_manifest(config: pytest.Config, exitstatus: int) -> None:
+    """``manifest.finish`` with the outcome counts and the interrupting signal (idempotent)."""
+    manifest = config.stash.get(MANIFEST_KEY, None)
     if manifest is None:
         return
-    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    from pytest_sskj import interrupts
+
+    tr = config.pluginmanager.get_plugin("terminalreporter")
     counts: dict[str, int] = {}
     if tr is not None:
         for key in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
             counts[key] = len([r for r in tr.stats.get(key, []) if getattr(r, "when", "call") in ("call", "setup")])
-    manifest.finish(exitstatus=int(exitstatus), counts=counts)
+    manifest.finish(exitstatus=exitstatus, counts=counts, signal=interrupts.received(config))

@@ -298,7 +298,15 @@ class PointRunner:
         except BaseException as exc:  # pytest-timeout (signal method), Ctrl-C or SIGTERM in the middle of the point
             outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+                from pytest_sskj.interrupts import Terminated
+
+                how = (
+                    "SIGTERM"
+                    if isinstance(exc, Terminated)
+                    else "Ctrl-C (SIGINT)"
+                    if isinstance(exc, KeyboardInterrupt)
+                    else f"{type(exc).__name__}: {exc}"
+                )
                 self._fail(
                     outcome,
                     "interrupted",

@@ -27,6 +27,8 @@ from pytest_sskj.report.redact import redact_argv, redact_text
 
 __all__ = ["RunManifest", "atomic_write_text", "ensure_reports_root", "git_commit"]
 
+_INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED (not imported: this module has no pytest dependency)
+
 _PACKAGES = (
     "pytest",
     "pytest-xdist",
@@ -155,12 +157,16 @@ class RunManifest:
         self.data.update(facts)
         self.write()
 
-    def finish(self, *, exitstatus: int, counts: dict[str, int]) -> None:
+    def finish(self, *, exitstatus: int, counts: dict[str, int], signal: str | None = None) -> None:
+        """Complete the manifest: ``status`` is ``interrupted`` (with the ``signal``: SIGINT, SIGTERM) when
+        the session was stopped (exit status 2 or a signal), else ``finished``."""
+        interrupted = signal is not None or int(exitstatus) == _INTERRUPTED
         self.data.update(
             {
                 "end_time": time.time(),
                 "end_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "status": "finished",
+                "status": "interrupted" if interrupted else "finished",
+                "signal": signal,
                 "exitstatus": int(exitstatus),
                 "counts": counts,
             }
