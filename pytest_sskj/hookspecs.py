@@ -21,8 +21,8 @@ def pytest_sskj_server_commands(config: pytest.Config, spec: ServerSpec) -> list
     Example, wrapping every rank in the site's container runner::
 
         def pytest_sskj_server_commands(config, spec):
-            from pytest_sskj.server.spec import node_commands
-            return [c.__class__(c.node, c.rank, ("docker", "exec", "sglang", *c.argv), c.env, c.serves_http, c.port)
+            from pytest_sskj.engines import node_commands
+            return [c.__class__(c.node, c.rank, ("docker", "exec", "serving", *c.argv), c.env, c.serves_http, c.port)
                     for c in node_commands(spec)]
     """
 

@@ -12,6 +12,8 @@ from typing import Literal
 
 import pytest
 
+from pytest_sskj.engines import DEFAULT_ENGINE, ENGINE_NAMES
+
 __all__ = ["OPTIONS", "Option", "check_raw_args", "register_options"]
 
 Kind = Literal[
@@ -65,8 +67,8 @@ OPTIONS: tuple[Option, ...] = (
         "engine",
         ("--engine",),
         "choice",
-        "Serving engine: embedded (CPU llama.cpp, default), sglang or vllm",
-        choices=("embedded", "sglang", "vllm"),
+        f"Serving engine, one of: {', '.join(ENGINE_NAMES)} (default {DEFAULT_ENGINE}: the CPU llama.cpp engine)",
+        choices=ENGINE_NAMES,
     ),
     Option(
         "nodes",

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from pytest_sskj.server.spec import ServerSpec, node_commands, spec_from_settings
+from pytest_sskj.engines import node_commands
+from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
 
 __all__ = ["plan_lines", "planned_specs"]

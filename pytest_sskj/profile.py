@@ -5,7 +5,7 @@ Example (``profiles/pro6000/kimi3-sglang.toml``)::
 
     platform = "pro6000"
     model = "Kimi-K3"
-    engine = "sglang"
+    engine = 'sglang'
     model_path = "/models/Kimi-K3"
     nodes = "601-604"
     tp = 32

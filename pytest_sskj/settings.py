@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pytest_sskj import parsing
-from pytest_sskj.engines import engine_info
+from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, load_profile
 from pytest_sskj.report.redact import REDACTED, redact_argv
@@ -299,8 +299,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
                 "create the file, or fix the key names it reports",
             ) from None
 
-    engine = r.get(by_dest["engine"], {}) or "embedded"
-    info = engine_info(engine)
+    engine = r.get(by_dest["engine"], {}) or DEFAULT_ENGINE
+    info = get_engine(engine)
     values: dict[str, Any] = {"engine": engine}
     check_ini_keys(config, {o.ini for o in OPTIONS})
     values["node_template"] = r.node_template = str(r.get(by_dest["node_template"], info.defaults) or "{}")
@@ -336,7 +336,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
 
 
 def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
-    info = engine_info(s.engine)
+    info = get_engine(s.engine)
     unknown = [b for b in s.backends if b not in info.backends]
     if unknown:
         where = _where(s.sources.get("backends", "cli"), opts["backends"], None)
@@ -345,6 +345,15 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
             f"  accepted: {', '.join(info.backends)} (the backends of engine {s.engine})\n"
             f"  Hint: --backend {','.join(info.backends[:2])}, or pick another --engine"
         )
+    if s.endpoint not in info.endpoints:
+        where = _where(s.sources.get("endpoint", "cli"), opts["endpoint"], None)
+        raise pytest.UsageError(
+            f"{where}: endpoint {s.endpoint!r} is not served by engine {s.engine!r}\n"
+            f"  accepted: {', '.join(info.endpoints)} (the endpoints of engine {s.engine})\n"
+            f"  Hint: engine {s.engine} serves: {', '.join(info.endpoints)}; --sskj-endpoint {info.endpoints[0]}, "
+            "or pick another --engine"
+        )
+    info.check_settings(s)
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
     if s.target_url is not None:

@@ -1,8 +1,8 @@
 """Checks of a resolved :class:`~pytest_sskj.settings.Settings` that need more than one value parser.
 
 Every failure is a ``pytest.UsageError`` raised at configure time (before anything is launched or
-written) that says what was wrong, what is accepted and a hint.  Engine-specific rules live in one
-small function per engine (:data:`ENGINE_CHECKS`), so they can move with the engine's module.
+written) that says what was wrong, what is accepted and a hint (:func:`usage`).  Engine-specific rules
+live in each engine's ``check_settings`` hook (:mod:`pytest_sskj.engines`); these are the generic ones.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -20,7 +20,7 @@ import pytest
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
 
-__all__ = ["ENGINE_CHECKS", "MAX_MODEL_TOKENS", "check_ini_keys", "check_settings", "unmapped_numeric_nodes"]
+__all__ = ["MAX_MODEL_TOKENS", "check_ini_keys", "check_settings", "unmapped_numeric_nodes", "usage"]
 
 MAX_MODEL_TOKENS = 10 * 1024 * 1024
 """ISL + OSL above this exceeds the context of every model (the longest, Llama 4 Scout, has 10M)."""
@@ -71,7 +71,6 @@ def check_settings(s: Settings) -> None:
             f"ISL + OSL <= {MAX_MODEL_TOKENS}",
             "sizes take a K suffix: --isl 16K",
         )
-    ENGINE_CHECKS[s.engine](s)
     if s.launcher == "ssh" and s.launches:
         _check_numeric_nodes(s)
 
@@ -120,98 +119,6 @@ def _check_run_id(s: Settings) -> None:
             "letters, digits, '-', '_' and '.', not starting with '.'",
             "e.g. --run-id kimi3-marlin-vs-mxfp4",
         )
-
-
-# -- engines -------------------------------------------------------------------------------------------
-
-_ENDPOINTS = {"embedded": ("completions", "chat"), "sglang": ("generate", "completions", "chat")}
-
-
-def _check_endpoint(s: Settings, served: tuple[str, ...], hint: str) -> None:
-    if s.endpoint not in served:
-        raise usage(f"engine {s.engine} does not serve the {s.endpoint!r} endpoint", ", ".join(served), hint)
-
-
-def _check_embedded(s: Settings) -> None:
-    from pytest_sskj.server.embedded import CTX_PER_SLOT
-
-    if (s.tp, s.ep, s.pp, s.dp) != (1, 1, 1, 1):
-        raise usage(
-            "the embedded CPU engine has no tensor/expert/pipeline parallelism (nor data parallelism), but "
-            f"TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp} was asked for",
-            "--tp 1 --ep 1 --dp 1 --pp 1 (the defaults)",
-            "use --engine sglang or vllm for parallel sizes; several embedded servers: --nodes with "
-            "--sskj-placement replicas",
-        )
-    _check_endpoint(s, _ENDPOINTS["embedded"], "llama.cpp has no SGLang /generate: --sskj-endpoint completions")
-    if s.isl + s.osl > CTX_PER_SLOT:
-        raise usage(
-            f"--isl {s.isl} + --osl {s.osl} tokens do not fit the embedded engine's {CTX_PER_SLOT}-token context "
-            "per slot",
-            f"ISL + OSL <= {CTX_PER_SLOT}",
-            "e.g. --isl 512 --osl 16 (the default)",
-        )
-
-
-def _check_sglang(s: Settings) -> None:
-    nnodes = max(1, len(s.nodes))
-    world = s.tp * s.pp
-    if world % nnodes:
-        fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
-        raise usage(
-            f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
-            f"({', '.join(s.nodes) or 'local'})",
-            f"a node count that divides {world}",
-            f"use a node count that divides {world}, e.g. --nodes with {fits} node(s)",
-        )
-    if world // nnodes > s.gpus_per_node:
-        raise usage(
-            f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs per node, "
-            f"but nodes have {s.gpus_per_node}",
-            f"TP x PP / nodes <= {s.gpus_per_node} (--sskj-gpus-per-node)",
-            "add nodes, lower --tp, or set --sskj-gpus-per-node",
-        )
-    if s.tp % s.ep:
-        raise usage(
-            f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)",
-            f"--ep a divisor of --tp {s.tp}",
-            "e.g. --tp 32 --ep 4",
-        )
-    _check_endpoint(s, _ENDPOINTS["sglang"], "--sskj-endpoint generate (SGLang's native API)")
-
-
-def _check_vllm(s: Settings) -> None:
-    _check_endpoint(s, ("completions", "chat"), "vLLM serves the OpenAI API: --sskj-endpoint completions")
-    if s.ep != 1 and s.ep != s.tp * s.dp:
-        raise usage(
-            f"vLLM's expert-parallel size is TP x DP = {s.tp * s.dp}; --ep {s.ep} cannot be set apart from them",
-            f"--ep 1 (no expert parallelism) or --ep {s.tp * s.dp} (--enable-expert-parallel)",
-            f"e.g. --tp {s.tp} --ep {s.tp * s.dp}",
-        )
-    nnodes = max(1, len(s.nodes))
-    ranks = s.placement == "ranks" and nnodes > 1
-    if ranks and s.dp % nnodes:
-        raise usage(
-            f"vLLM spreads data-parallel ranks evenly over nodes: --dp {s.dp} over {nnodes} nodes "
-            f"({', '.join(s.nodes)}) does not divide",
-            f"--dp a multiple of the node count ({nnodes}, {2 * nnodes}, ...)",
-            f"e.g. --dp {nnodes} --tp {max(1, s.tp // nnodes)}, or --sskj-placement replicas for independent servers",
-        )
-    per_node = (s.dp // nnodes if ranks else s.dp) * s.tp * s.pp
-    if per_node > s.gpus_per_node:
-        raise usage(
-            f"vLLM with TP{s.tp} x PP{s.pp} x DP{s.dp} needs {per_node} GPUs per node, but nodes have "
-            f"{s.gpus_per_node}",
-            f"TP x PP x DP per node <= {s.gpus_per_node} (--sskj-gpus-per-node)",
-            "lower --tp, add nodes with --dp, or set --sskj-gpus-per-node",
-        )
-
-
-ENGINE_CHECKS: Mapping[str, Callable[[Settings], None]] = {
-    "embedded": _check_embedded,
-    "sglang": _check_sglang,
-    "vllm": _check_vllm,
-}
 
 
 # -- node names ----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_sskj.engines import ENGINES
 from pytest_sskj.settings import Settings
 
 __all__ = [
@@ -30,7 +31,7 @@ __all__ = [
     "search_configs",
 ]
 
-CHEAP_RESTART_ENGINES = frozenset({"embedded"})
+CHEAP_RESTART_ENGINES = frozenset(n for n, e in ENGINES.items() if e.restart_cost == "cheap")
 """Engines whose servers restart in well under a second: their repeats are interleaved A B A B."""
 
 

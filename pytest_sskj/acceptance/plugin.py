@@ -30,6 +30,7 @@ from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
 from pytest_sskj.acceptance.search import SearchResult, judge, search
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
+from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import SETTINGS_KEY
 
@@ -42,8 +43,6 @@ PARAMS = ("sskj_point", "sskj_slo_config", "sskj_comparison", "sskj_curve", "ssk
 """The parameters this plugin generates, in the order their tests run."""
 
 _VERDICT_DIR = "verdicts"
-_POINT_BUDGET_S = {"embedded": 60.0}
-_DEFAULT_POINT_BUDGET_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class Acceptance:
         """``<model> <platform>`` (``Kimi-K3 pro6000``); the embedded engine is ``embedded-tiny cpu``."""
         s = self.settings
         model = s.model_name or (Path(s.model_path).name if s.model_path else f"{s.engine}-tiny")
-        platform = s.platform or ("cpu" if s.engine == "embedded" else "unknown-platform")
+        platform = s.platform or get_engine(s.engine).platform or "unknown-platform"
         return f"{model} {platform}"
 
     def label(self, site: SiteDefaults, *, story: str | None = None, **params: Any) -> None:
@@ -383,11 +382,11 @@ def _param_rank(item: pytest.Item) -> int:
 
 def _budget_s(settings: Settings, item: pytest.Item) -> float:
     """pytest-timeout's bound of one acceptance test: its server start plus its points, each point allowed
-    its table budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
+    the engine's budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
     from pytest_sskj.bench.client import BenchTimeouts
 
     deadline = BenchTimeouts.for_shape(settings.stall_timeout_s, settings.osl).deadline_s or 0.0
-    per_point = max(_POINT_BUDGET_S.get(settings.engine, _DEFAULT_POINT_BUDGET_S), deadline + 30.0)
+    per_point = max(get_engine(settings.engine).point_budget_s, deadline + 30.0)
     rank = _param_rank(item)
     points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):

@@ -22,6 +22,7 @@ import pytest
 
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
+from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import (
     HealthTimeout,
     LauncherError,
@@ -31,7 +32,7 @@ from pytest_sskj.errors import (
     ServerLaunchError,
 )
 from pytest_sskj.report import categories as cat
-from pytest_sskj.server.spec import EMBEDDED_SLOTS, ServerSpec, spec_from_settings
+from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
 
 __all__ = ["BrokenSpec", "PointOutcome", "PointRunner", "config_mismatches", "current_config_problems", "finding_tag"]
@@ -111,57 +112,22 @@ def finding_tag(category: str) -> str:
 def current_config_problems(server: Any, spec: ServerSpec) -> list[str]:
     """Ask the running server *now* what it runs and compare with ``spec`` (external servers: not checked).
 
-    SGLang/vLLM: a fresh ``/server_info`` through :func:`pytest_sskj.server.serverinfo.verify_server_info`
-    (an SGLang server that stops answering it is a problem); embedded: llama.cpp's ``/props`` slot count.
+    The engine decides how (``Engine.live_config_problems``): SGLang a fresh ``/server_info`` (a server that
+    stops answering it is a problem); embedded: llama.cpp's ``/props`` slot count and ``n_batch``.
     """
     if getattr(server, "external", False) or not getattr(server, "urls", None):
         return []
-    url = str(server.urls[0]).rstrip("/")
-    if spec.engine == "embedded":
-        import httpx
-
-        try:
-            r = httpx.get(url + "/props", timeout=10.0, trust_env=False)
-            props = r.json() if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError) as exc:
-            return [f"{url}/props did not answer after the point ({type(exc).__name__}: {exc})"]
-        return config_mismatches(spec, props if isinstance(props, dict) else None)
-    from pytest_sskj.server.serverinfo import fetch_server_info, verify_server_info
-
-    info = fetch_server_info(url)
-    if info is None:
-        return [f"{url}/server_info did not answer after the point"] if spec.engine == "sglang" else []
-    return list(verify_server_info(spec, info))
+    return get_engine(spec.engine).live_config_problems(spec, str(server.urls[0]).rstrip("/"))
 
 
 def config_mismatches(spec: ServerSpec, info: Mapping[str, Any] | None) -> list[str]:
     """What ``/server_info`` (or the engine's equivalent) reports differently from ``spec``; [] if it agrees.
 
-    Only keys the engine reports are compared: SGLang's ``moe_runner_backend``, ``chunked_prefill_size``,
-    ``tp_size``, ``ep_size``, ``disable_radix_cache``; the embedded engine's slot count (``total_slots``)
-    and ``n_batch``.
+    Only keys the engine reports are compared (``Engine.config_mismatches``): SGLang's ``moe_runner_backend``,
+    ``chunked_prefill_size``, ``tp_size``, ``ep_size``, ``disable_radix_cache``; the embedded engine's slot
+    count (``total_slots``) and ``n_batch``.
     """
-    if not info:
-        return []
-    expected: dict[str, Any] = {}
-    if spec.engine == "embedded":
-        expected["total_slots"] = EMBEDDED_SLOTS.get(spec.backend)
-        if spec.chunk is not None:
-            expected["n_batch"] = spec.chunk
-    else:
-        expected.update(moe_runner_backend=spec.backend, tp_size=spec.tp, ep_size=spec.ep)
-        if spec.chunk is not None:
-            expected["chunked_prefill_size"] = spec.chunk
-        if spec.disable_radix_cache:
-            expected["disable_radix_cache"] = True
-    out = []
-    for key, want in expected.items():
-        if want is None or key not in info:
-            continue
-        got = info[key]
-        if str(got) != str(want):
-            out.append(f"{key}={got!r} (spec'd {want!r})")
-    return out
+    return get_engine(spec.engine).config_mismatches(spec, info)
 
 
 def _excerpt(text: str, limit: int = 1500) -> str:
@@ -221,7 +187,7 @@ class PointRunner:
             seed=s.seed + 100_003 * point.concurrency,
             request_rate=s.request_rate,
             endpoint=s.endpoint,
-            model=s.model_name if s.engine != "embedded" else None,
+            model=s.model_name if get_engine(s.engine).sends_model_name else None,
         )
 
     def timeouts(self) -> Any:

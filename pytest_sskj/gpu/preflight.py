@@ -17,6 +17,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import GpuUnavailable, LauncherError
 from pytest_sskj.gpu.inventory import arch_of
 from pytest_sskj.server.launcher import Launcher
@@ -290,14 +291,9 @@ def preflight(
 
 
 def gpus_per_node(spec: ServerSpec) -> int:
-    """GPUs the spec takes on each node: 0 for the CPU engine; ``tp*pp`` (vLLM: ``*dp``) per server,
-    split over the nodes for ``placement="ranks"``, whole on every node for ``"replicas"``."""
-    if spec.engine == "embedded":
-        return 0
-    world = spec.tp * spec.pp * (spec.dp if spec.engine == "vllm" else 1)
-    if spec.placement == "replicas" or spec.nnodes == 1:
-        return world
-    return max(1, world // spec.nnodes)
+    """GPUs the spec takes on each node, as its engine counts them (``Engine.gpus_per_node``): 0 for the CPU
+    engine; the world split over the nodes for ``placement="ranks"``, whole on every node for ``"replicas"``."""
+    return get_engine(spec.engine).gpus_per_node(spec)
 
 
 def preflight_spec(

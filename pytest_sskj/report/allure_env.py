@@ -78,13 +78,21 @@ def environment_facts(manifest: Mapping[str, Any]) -> dict[str, str]:
     _flatten("slo", s.get("slo"), out)
     _gpu_facts(m.get("gpu"), out)
     _flatten("engine", m.get("engine") if isinstance(m.get("engine"), Mapping) else None, out)
-    for name in ("sglang", "vllm", "flashinfer-python", "torch", "xllamacpp"):
+    for name in _version_packages():
         _flatten(f"{name}.version", pk.get(name), out)
     _flatten("pytest_sskj.version", sskj.get("version"), out)
     _flatten("pytest_sskj.commit", sskj.get("git_commit"), out)
     _flatten("python", (m.get("python") or {}).get("version"), out)
     _flatten("host", (m.get("host") or {}).get("hostname"), out)
     return out
+
+
+def _version_packages() -> tuple[str, ...]:
+    """Every engine's version-carrying distributions, then the kernel library and torch."""
+    from pytest_sskj.engines import ENGINES
+
+    engines = (d for e in ENGINES.values() for d in e.versions.distributions)
+    return tuple(dict.fromkeys((*engines, "flashinfer-python", "torch")))
 
 
 def _prop_escape(text: str, key: bool = False) -> str:

@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sskj import __version__
+from pytest_sskj.engines import ENGINES
 from pytest_sskj.report.redact import redact_argv, redact_text
 
 __all__ = ["RunManifest", "atomic_write_text", "ensure_reports_root", "git_commit"]
 
 _INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED (not imported: this module has no pytest dependency)
 
-_PACKAGES = (
+_GENERIC_PACKAGES = (
     "pytest",
     "pytest-xdist",
     "pytest-timeout",
@@ -39,13 +40,11 @@ _PACKAGES = (
     "torch",
     "torchao",
     "flashinfer-python",
-    "sglang",
-    "vllm",
-    "xllamacpp",
-    "gguf",
     "nvidia-ml-py",
     "filelock",
 )
+_PACKAGES = (*_GENERIC_PACKAGES, *dict.fromkeys(d for e in ENGINES.values() for d in e.versions.distributions))
+"""Generic packages, then every engine's version-carrying distributions (``Engine.versions``)."""
 
 _README = """# reports/
 

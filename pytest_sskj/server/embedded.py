@@ -13,25 +13,27 @@ Three parts (embedded-engine.md §1b-§1d):
   with continuous batching, ``serial`` = 1 slot), ``--batch`` is llama.cpp's ``n_batch`` (the "chunk").
   It computes with 1 thread and no busy-polling by default: on a shared 2-core machine 2 polling threads made
   every step wait for both to be scheduled (10-20x slower under load); ``--threads``/``--poll`` override.
-* :func:`embedded_server` starts that command through the local launcher, waits for ``/health`` and
-  yields the base URL; the tree is torn down on exit.
+* :func:`serve_argv` is that command line (the ``embedded`` engine's launch, :mod:`pytest_sskj.engines.embedded`);
+  :func:`pytest_sskj.server.standalone.embedded_server` runs one outside the pool.
+
+This module imports nothing from pytest_sskj, so the engine module and the server layer can both use it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
+import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
+    "ADDRESS_PATTERN",
     "DEFAULT_BATCH",
     "MODEL_VERSION",
     "VOCAB_SIZE",
     "build_tiny_model",
-    "embedded_server",
     "ensure_tiny_model",
     "main",
     "serve_argv",
@@ -42,6 +44,8 @@ MODEL_VERSION = 1
 VOCAB_SIZE = 512
 DEFAULT_BATCH = 512
 CTX_PER_SLOT = 4096
+ADDRESS_PATTERN = re.compile(r"sskj-embedded: listening on (https?://\S+)")
+"""The line the server prints once bound (its base URL is group 1)."""
 _EMBED, _HEADS, _KV_HEADS, _FFN, _LAYERS, _CTX_TRAIN = 64, 4, 2, 128, 2, 4096
 _WORDS = (
     "the",
@@ -217,6 +221,7 @@ def serve_argv(
     slots: int = 8,
     batch: int | None = None,
     threads: int | None = None,
+    ubatch: int | None = None,
     alias: str | None = "tiny",
     python: str | None = None,
 ) -> list[str]:
@@ -239,49 +244,11 @@ def serve_argv(
         argv += ["--batch", str(batch)]
     if threads is not None:
         argv += ["--threads", str(threads)]
+    if ubatch is not None:
+        argv += ["--ubatch", str(ubatch)]
     if alias:
         argv += ["--alias", alias]
     return argv
-
-
-@contextlib.contextmanager
-def embedded_server(
-    model: Path,
-    *,
-    slots: int = 8,
-    batch: int = DEFAULT_BATCH,
-    log_path: Path,
-    port: int = 0,
-    threads: int | None = None,
-    timeout_s: float = 60.0,
-    extra_args: Sequence[str] = (),
-) -> Iterator[str]:
-    """Run the embedded server on ``model`` and yield its base URL (``http://127.0.0.1:PORT``).
-
-    The process starts in its own session and logs to ``log_path``; it is healthy (``/health`` 200) when the
-    URL is yielded, and its whole process tree is gone when the block exits.
-    """
-    from pytest_sskj.server.health import address_from_log, wait_healthy
-    from pytest_sskj.server.local import LocalLauncher
-    from pytest_sskj.server.logscan import LogOracle
-    from pytest_sskj.server.spec import NodeCommand
-
-    argv = [*serve_argv(model, port=port, slots=slots, batch=batch, threads=threads), *extra_args]
-    handle = LocalLauncher().start(NodeCommand("local", 0, tuple(argv), port=port), log_path)
-    try:
-        oracle = LogOracle("embedded")
-        oracle.add(log_path, "local", 0, offset=handle.log_offset)
-        report = wait_healthy(
-            "embedded",
-            [handle],
-            [lambda: address_from_log(log_path, handle.log_offset)],
-            timeout_s=timeout_s,
-            oracle=oracle,
-            label="embedded server",
-        )
-        yield report.urls[0]
-    finally:
-        handle.terminate(10.0)
 
 
 # --- the server process ----------------------------------------------------------------------------------
@@ -306,6 +273,7 @@ def _parser() -> argparse.ArgumentParser:
         help="CPU threads (default 1: on a shared 2-core CI box, 2 threads made every step wait for both to be "
         "scheduled, 10-20x slower under load)",
     )
+    s.add_argument("--ubatch", type=int, default=None, help="n_ubatch (default min(--batch, 512))")
     s.add_argument("--ctx-per-slot", type=int, default=CTX_PER_SLOT, help="context tokens per slot")
     s.add_argument(
         "--poll",
@@ -349,7 +317,7 @@ def _serve(a: argparse.Namespace) -> int:
     p.n_parallel = a.parallel
     p.cont_batching = True
     p.n_batch = a.batch
-    p.n_ubatch = min(a.batch, DEFAULT_BATCH)
+    p.n_ubatch = a.ubatch if a.ubatch else min(a.batch, DEFAULT_BATCH)
     p.cpuparams.n_threads = threads
     p.cpuparams_batch.n_threads = threads
     p.cpuparams.poll = a.poll

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import ServerCrashed
 from pytest_sskj.gpu.serving import server_prelaunch
 from pytest_sskj.server.launcher import Launcher
@@ -101,9 +102,9 @@ def get_pool(config: pytest.Config) -> ServerPool:
 
 
 _VERSIONS_PY = (
-    "import importlib, json\n"
+    "import importlib, json, sys\n"
     "out = {}\n"
-    "for name in ('sglang', 'vllm', 'flashinfer', 'torch'):\n"
+    "for name in sys.argv[1:]:\n"
     "    try:\n"
     "        m = importlib.import_module(name)\n"
     "    except Exception:\n"
@@ -117,17 +118,20 @@ _VERSIONS_PY = (
     "            pass\n"
     "print(json.dumps(out))\n"
 )
+"""Reads ``__version__`` of the modules named on its command line (the engine's ``versions.modules``)."""
 
 
 def engine_versions(pool: ServerPool, server: RunningServer) -> dict[str, Any]:
-    """Engine, FlashInfer (with its build commit) and torch versions on node 0 of a GPU server."""
+    """The engine's version modules (``Engine.versions.modules``: the engine, FlashInfer with its build commit,
+    torch) as imported on node 0; nothing for an engine without such modules or an external server."""
     spec = server.spec
-    if spec.engine == "embedded" or server.external:
+    modules = get_engine(spec.engine).versions.modules
+    if not modules or server.external:
         return {}
     node = spec.nodes[0] if spec.nodes else "local"
     python = spec.python or ("python3" if spec.nodes else sys.executable)
     try:
-        res = pool.launcher.run(node, [python, "-c", _VERSIONS_PY], timeout_s=60.0)
+        res = pool.launcher.run(node, [python, "-c", _VERSIONS_PY, *modules], timeout_s=60.0)
         data = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 and res.stdout.strip() else {}
     except Exception as exc:  # versions are report facts: never fail a launch over them
         return {"versions_error": f"{type(exc).__name__}: {exc}"}
@@ -135,14 +139,15 @@ def engine_versions(pool: ServerPool, server: RunningServer) -> dict[str, Any]:
 
 
 def _record_engine_facts(config: pytest.Config, pool: ServerPool, server: RunningServer) -> None:
-    """Engine facts into the run manifest: versions on node 0 and, for SGLang, the effective /server_info."""
+    """Engine facts into the run manifest: versions on node 0 and the effective config the engine reports."""
     manifest = config.stash.get(MANIFEST_KEY, None)
     if manifest is None:
         return
-    info = server.server_info() if server.spec.engine == "sglang" else None
+    engine_ = get_engine(server.spec.engine)
+    info = server.server_info() if engine_.config_facts else None
     facts: dict[str, Any] = {"engine": server.spec.engine, "startup_s": server.startup_s}
     if info:
-        for key in ("version", "moe_runner_backend", "chunked_prefill_size", "tp_size", "ep_size", "dp_size"):
+        for key in engine_.config_facts:
             if key in info:
                 facts[key] = info[key]
     versions = engine_versions(pool, server)

@@ -1,8 +1,8 @@
 """Readiness: wait for the HTTP-serving rank(s) to answer their health endpoint before a deadline.
 
-Health is judged where it means something (domain.md §8.2-8.3): SGLang on rank 0's ``/health_generate``
-(ranks >= 1 answer 200 from a dummy server, so they are judged by process state and their logs only),
-vLLM on ``/health``, the embedded llama.cpp server on ``/health`` (503 while loading).  While waiting,
+Health is judged where it means something (domain.md §8.2-8.3): on the engine's ``health_path`` of the
+HTTP-serving ranks (multi-node ranks >= 1 that only run a dummy server are judged by process state and
+their logs only).  While waiting,
 every rank's process is polled and every log is scanned: a rank that exits, or a fatal log signature,
 fails the wait at once with the exit code and the last log lines (:class:`ServerLaunchError`); the
 deadline (``time.perf_counter``) raises :class:`HealthTimeout` with the same evidence.  URLs may be
@@ -17,16 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import HealthTimeout, ServerLaunchError
+from pytest_sskj.server.embedded import ADDRESS_PATTERN
 from pytest_sskj.server.launcher import ProcessHandle
 from pytest_sskj.server.logscan import LogOracle
 from pytest_sskj.server.process import describe_exit, tail_lines
 
-__all__ = ["HEALTH_PATHS", "HealthReport", "address_from_log", "probe", "wait_healthy"]
+__all__ = ["HealthReport", "address_from_log", "probe", "wait_healthy"]
 
-HEALTH_PATHS: dict[str, str] = {"sglang": "/health_generate", "vllm": "/health", "embedded": "/health"}
-
-_ADDRESS = re.compile(r"sskj-embedded: listening on (https?://\S+)")
+_ADDRESS = ADDRESS_PATTERN
 
 UrlSource = Callable[[], "str | None"]
 
@@ -100,7 +100,7 @@ def wait_healthy(
     returns the URL once the server has printed it).  Raises :class:`ServerLaunchError` when a rank exits
     or a fatal log signature appears first, :class:`HealthTimeout` when ``timeout_s`` passes.
     """
-    path = HEALTH_PATHS.get(engine, "/health")
+    path = get_engine(engine).health_path
     start = time.perf_counter()
     deadline = start + timeout_s
     resolved: list[str | None] = [u if isinstance(u, str) else None for u in urls]

@@ -5,7 +5,8 @@ returns the running server for ``spec`` or starts it: any server of another spec
 would compete for the same GPUs), the per-node commands come from the ``pytest_sskj_server_commands``
 hook or :func:`node_commands`, each rank starts through the launcher with its log under
 ``<run dir>/logs/<node>/``, rank-0 health is awaited (:mod:`~pytest_sskj.server.health`) and, for
-engines that have it (SGLang), ``/server_info`` is checked against the spec.  A spec that failed to start
+engines that verify it (``Engine.verifies_config_at_start``), the effective config is checked against
+the spec.  A spec that failed to start
 is not retried in the same session.  ``close()`` stops everything and then verifies that every launched
 PID on every node is gone; :class:`RunningServer` is what tests see (URLs, commands, logs, the log
 oracle window, liveness).  With ``--target-url`` the pool launches nothing and returns an external server.
@@ -21,17 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.engines import get_engine, node_commands
 from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
 from pytest_sskj.report.redact import is_secret_name, redact_text, secret_arg_values
 from pytest_sskj.server.health import address_from_log, wait_healthy
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.process import describe_exit, tail_lines
-from pytest_sskj.server.spec import NodeCommand, ServerSpec, node_commands
+from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
 __all__ = ["CloseReport", "Prelaunch", "RunningServer", "ServerPool", "free_port"]
-
-_SERVER_INFO_ENGINES = ("sglang",)
 
 Prelaunch = Callable[[ServerSpec, Launcher], tuple[Sequence[tuple[str, str]], "Callable[[], None] | None"]]
 """``(spec, launcher) -> (extra env for every rank, release callback or None)``; raises to refuse a launch."""
@@ -111,12 +111,11 @@ class RunningServer:
 
     # -- server info ---------------------------------------------------------------------------------
     def server_info(self) -> dict[str, Any] | None:
-        """Rank 0's ``/server_info`` for engines that have it (SGLang), else ``None``; cached once read."""
-        if self._info is None and self.spec.engine in _SERVER_INFO_ENGINES and self.urls:
-            from pytest_sskj.server.serverinfo import fetch_server_info
-
-            info = fetch_server_info(self.urls[0])
-            self._info = dict(info) if info is not None else None
+        """Rank 0's effective config for engines whose pool verifies it (``Engine.verifies_config_at_start``:
+        SGLang's ``/server_info``), else ``None``; cached once read."""
+        engine = get_engine(self.spec.engine)
+        if self._info is None and engine.verifies_config_at_start and self.urls:
+            self._info = engine.read_config(self.urls[0])
         return self._info
 
     def describe(self) -> dict[str, Any]:
@@ -340,11 +339,9 @@ class ServerPool:
         return self._addresses[node]
 
     def _effective(self, spec: ServerSpec) -> ServerSpec:
-        if spec.engine == "embedded" and not spec.model_path:
-            from pytest_sskj.server.embedded import ensure_tiny_model
-
-            spec = spec.with_(model_path=str(ensure_tiny_model(self.model_cache_dir)))
-        elif spec.engine != "embedded" and spec.port == 0 and not spec.nodes:
+        engine = get_engine(spec.engine)
+        spec = engine.prepare_spec(spec, self.model_cache_dir)
+        if not engine.binds_port_zero and spec.port == 0 and not spec.nodes:
             spec = spec.with_(port=free_port())
         if spec.nnodes > 1 and spec.placement == "ranks" and spec.dist_init_host is None:
             spec = spec.with_(dist_init_host=self._address(spec.nodes[0]))
@@ -431,10 +428,11 @@ class ServerPool:
             )
             server.urls = list(report.urls)
             server.startup_s = time.perf_counter() - t0
+            engine = get_engine(eff.engine)
             missing = oracle.missing_markers()
-            if missing and eff.engine != "embedded":
+            if missing and engine.notes_missing_markers:
                 server.notes.append(f"healthy-start markers not seen yet: {missing}")
-            if self.verify and eff.engine in _SERVER_INFO_ENGINES:
+            if self.verify and engine.verifies_config_at_start:
                 self._verify_info(eff, server)
         except BaseException:
             self._terminate(server.handles)
@@ -442,20 +440,13 @@ class ServerPool:
         return server
 
     def _verify_info(self, spec: ServerSpec, server: RunningServer) -> None:
-        try:
-            from pytest_sskj.server.serverinfo import verify_server_info
-        except ModuleNotFoundError as exc:
-            if exc.name != "pytest_sskj.server.serverinfo":
-                raise
-            server.notes.append("/server_info not verified: pytest_sskj.server.serverinfo is not installed")
-            return
         info = server.server_info()
         if info is None:
             raise ServerConfigMismatch(
                 f"{spec.label}: {server.urls[0]}/server_info returned nothing; cannot "
                 "verify the effective backend, chunk size and parallel sizes"
             )
-        problems = verify_server_info(spec, info)
+        problems = get_engine(spec.engine).verify_config(spec, info)
         if problems:
             raise ServerConfigMismatch(
                 f"{spec.label}: the running server's /server_info disagrees with the spec that was launched:\n"

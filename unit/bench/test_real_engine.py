@@ -15,7 +15,8 @@ from pytest_sskj.bench import Workload, run_bench
 
 pytest.importorskip("xllamacpp", reason="the embedded engine needs xllamacpp (pip install -e '.[embedded]')")
 
-from pytest_sskj.server.embedded import embedded_server, ensure_tiny_model
+from pytest_sskj.server.embedded import ensure_tiny_model
+from pytest_sskj.server.standalone import embedded_server
 
 W = Workload(isl=512, osl=16, requests=40, concurrency=8, warmup=1, endpoint="completions")
 

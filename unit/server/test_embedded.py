@@ -17,11 +17,11 @@ import pytest
 from pytest_sskj.server.embedded import (
     VOCAB_SIZE,
     build_tiny_model,
-    embedded_server,
     ensure_tiny_model,
     serve_argv,
     tiny_vocab,
 )
+from pytest_sskj.server.standalone import embedded_server
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from pytest_sskj.server.serverinfo import expected_server_info, fetch_server_info, verify_server_info
+from pytest_sskj.engines.sglang import expected_server_info, fetch_server_info, verify_server_info
 from pytest_sskj.server.spec import ServerSpec
 
 DATA = Path(__file__).with_name("data")

@@ -1,0 +1,200 @@
+"""The embedded CPU engine: llama.cpp's HTTP server (xllamacpp wheel) serving a tiny generated GGUF model.
+
+Its "backends" are variants of llama.cpp's own launch parameters, kept in ONE data table,
+:data:`VARIANTS` (name -> slots, threads, micro-batch, model format): add a row to add a variant.
+The process itself and the model generator live in :mod:`pytest_sskj.server.embedded`; this module
+only says how to launch it and how to read it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from pytest_sskj.engines.base import BackendSwitch, Engine, LogRules, VersionFacts, host_of, sig
+from pytest_sskj.server.embedded import ensure_tiny_model, serve_argv
+from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.slo import parse_slo
+
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
+
+__all__ = ["VARIANTS", "EmbeddedEngine", "Variant"]
+
+NAME = "embedded"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """llama.cpp launch parameters of one embedded-engine variant (a ``--backend`` value)."""
+
+    slots: int
+    """Concurrent sequences (``n_parallel``); 1 serializes requests."""
+    threads: int | None = None
+    """CPU threads (``None``: the server's default, 1 -- friendly to a shared CI box)."""
+    ubatch: int | None = None
+    """``n_ubatch`` (``None``: ``min(n_batch, 512)``)."""
+    model_format: str = "f32"
+    """Tensor format of the generated GGUF model (the generator writes f32)."""
+
+
+VARIANTS: Mapping[str, Variant] = MappingProxyType(
+    {
+        "parallel": Variant(slots=8),
+        "serial": Variant(slots=1),
+    }
+)
+"""The embedded engine's variants: ``--backend`` name -> llama.cpp parameters."""
+
+_MODEL_FORMATS = ("f32",)
+
+_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "backends": ("parallel", "serial"),
+        # A tiny model on a few shared CPU cores: which variant is faster depends on the machine's load
+        # (measured both ways), so the A/B verdict is recorded, not enforced, and the SLO is CPU-scale (the
+        # users' 3 s / 50 ms is a GPU SLO).  Override with --sskj-compare-expect better / --sskj-slo.
+        "compare_expect": "report",
+        "slo": parse_slo("ttft_p95_ms<30000,tpot_p95_ms<2000"),
+        # two chunk sizes and a doubling concurrency search, so that the default run exercises the chunk
+        # curve and the adaptive search on the real engine too (it stays well under 2 min)
+        "chunks": (256, 512),
+        "search": "double",
+        "search_max": 32,
+        "concurrencies": (8,),
+        "isl": 512,
+        "osl": 16,
+        "requests": 40,
+        "repeats": 3,
+        "endpoint": "completions",
+        "health_timeout_s": 60.0,
+        "stall_timeout_s": 30.0,  # = the CPU SLO's TTFT bound: a hang is told within 60 s
+        "port": 0,
+    }
+)
+
+_LOGS = LogRules(
+    signatures=(
+        sig("llamacpp_init_failed", "crash", "fatal", r"Failed to init server, please check the input params\."),
+        sig("llamacpp_bind", "config", "fatal", r"couldn't bind HTTP server socket"),
+        sig("llamacpp_gguf_open", "config", "fatal", r"gguf_init_from_file: failed to open GGUF file"),
+    ),
+    healthy_markers=("sskj-embedded: listening on",),
+)
+
+_ADDRESS = re.compile(r"sskj-embedded: listening on (https?://\S+)")
+
+
+class EmbeddedEngine(Engine):
+    name = NAME
+    description = "llama.cpp's HTTP server on CPU (xllamacpp wheel) serving a tiny generated GGUF model"
+    backends = tuple(VARIANTS)
+    backend_switch = BackendSwitch("variant")
+    defaults = _DEFAULTS
+    endpoints = ("completions", "chat")
+    health_path = "/health"
+    logs = _LOGS
+    versions = VersionFacts(distributions=("xllamacpp", "gguf"))
+    cache_reset = None
+    restart_cost = "cheap"
+    point_budget_s = 60.0
+    token_ids = "llama.cpp native POST /completion, return_tokens: true"  # noqa: S105 - not a secret
+    platform = "cpu"
+    sends_model_name = False
+    binds_port_zero = True
+    verifies_config_at_start = False
+    notes_missing_markers = False
+    address_pattern = _ADDRESS
+
+    def node_commands(self, spec: ServerSpec) -> list[NodeCommand]:
+        variant = VARIANTS[spec.backend]
+        argv = serve_argv(
+            spec.model_path or "<generated tiny.gguf>",
+            host="127.0.0.1" if not spec.nodes else spec.host,
+            port=spec.port,
+            slots=variant.slots,
+            batch=spec.chunk,
+            threads=variant.threads,
+            ubatch=variant.ubatch,
+            alias=None,
+            python=spec.python or ("python3" if spec.nodes else None),
+        )
+        argv += list(spec.extra_args)
+        return [NodeCommand(host_of(spec, r), r, tuple(argv), spec.env, True, spec.port) for r in range(spec.nnodes)]
+
+    def world_size(self, spec: ServerSpec) -> int:
+        return 0
+
+    def prepare_spec(self, spec: ServerSpec, model_cache_dir: Path) -> ServerSpec:
+        if spec.model_path:
+            return spec
+        fmt = VARIANTS[spec.backend].model_format
+        if fmt not in _MODEL_FORMATS:
+            raise ValueError(f"embedded variant {spec.backend}: model format {fmt!r} unknown; known: {_MODEL_FORMATS}")
+        return spec.with_(model_path=str(ensure_tiny_model(model_cache_dir)))
+
+    def check_settings(self, settings: Settings) -> None:
+        from pytest_sskj.server.embedded import CTX_PER_SLOT
+        from pytest_sskj.validate import usage
+
+        s = settings
+        if (s.tp, s.ep, s.pp, s.dp) != (1, 1, 1, 1):
+            raise usage(
+                "the embedded CPU engine has no tensor/expert/pipeline parallelism (nor data parallelism), but "
+                f"TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp} was asked for",
+                "--tp 1 --ep 1 --dp 1 --pp 1 (the defaults)",
+                "use --engine sglang or vllm for parallel sizes; several embedded servers: --nodes with "
+                "--sskj-placement replicas",
+            )
+        if s.isl + s.osl > CTX_PER_SLOT:
+            raise usage(
+                f"--isl {s.isl} + --osl {s.osl} tokens do not fit the embedded engine's {CTX_PER_SLOT}-token "
+                "context per slot",
+                f"ISL + OSL <= {CTX_PER_SLOT}",
+                "e.g. --isl 512 --osl 16 (the default)",
+            )
+
+    def read_config(self, url: str) -> dict[str, Any] | None:
+        """llama.cpp's ``/props`` (slot count, ``n_batch``), or ``None`` when it does not answer."""
+        import httpx
+
+        try:
+            r = httpx.get(url.rstrip("/") + "/props", timeout=10.0, trust_env=False)
+            props = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return props if isinstance(props, dict) else None
+
+    def live_config_problems(self, spec: ServerSpec, url: str) -> list[str]:
+        import httpx
+
+        base = url.rstrip("/")
+        try:
+            r = httpx.get(base + "/props", timeout=10.0, trust_env=False)
+            props = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            return [f"{base}/props did not answer after the point ({type(exc).__name__}: {exc})"]
+        return self.config_mismatches(spec, props if isinstance(props, dict) else None)
+
+    def verify_config(self, spec: ServerSpec, info: Mapping[str, Any]) -> list[str]:
+        return self.config_mismatches(spec, info)
+
+    def config_mismatches(self, spec: ServerSpec, info: Mapping[str, Any] | None) -> list[str]:
+        """llama.cpp's slot count (``total_slots``) and ``n_batch`` against the variant and the chunk."""
+        if not info:
+            return []
+        variant = VARIANTS.get(spec.backend)
+        expected: dict[str, Any] = {"total_slots": variant.slots if variant else None}
+        if spec.chunk is not None:
+            expected["n_batch"] = spec.chunk
+        out = []
+        for key, want in expected.items():
+            if want is None or key not in info:
+                continue
+            if str(info[key]) != str(want):
+                out.append(f"{key}={info[key]!r} (spec'd {want!r})")
+        return out

@@ -1,0 +1,43 @@
+"""The engine registry: the only place that imports the engine modules.
+
+It feeds ``--engine`` choices and every "unknown engine" message; :func:`get_engine` fails loudly for a
+name it does not know (never a silent default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from pytest_sskj.engines.base import Engine
+from pytest_sskj.engines.embedded import EmbeddedEngine
+from pytest_sskj.engines.sglang import SGLangEngine
+from pytest_sskj.engines.vllm import VllmEngine
+from pytest_sskj.server.spec import NodeCommand, ServerSpec
+
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "ENGINE_NAMES", "UnknownEngine", "get_engine", "node_commands"]
+
+ENGINES: Mapping[str, Engine] = MappingProxyType({e.name: e for e in (EmbeddedEngine(), SGLangEngine(), VllmEngine())})
+"""Every engine by name, in ``--engine`` choice order."""
+
+ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
+
+DEFAULT_ENGINE: str = EmbeddedEngine.name
+"""The engine a plain ``pytest acceptance/`` runs: the embedded CPU engine."""
+
+
+class UnknownEngine(ValueError):
+    """An engine name the registry does not know."""
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called ``name``; the error lists the known engines."""
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise UnknownEngine(f"unknown engine {name!r}; known engines: {', '.join(ENGINE_NAMES)}") from None
+
+
+def node_commands(spec: ServerSpec) -> list[NodeCommand]:
+    """The exact command of every node for ``spec`` (rank 0 first), from the spec's engine."""
+    return get_engine(spec.engine).node_commands(spec)

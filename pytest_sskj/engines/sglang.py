@@ -1,0 +1,348 @@
+"""SGLang: ``python -m sglang.launch_server``, one rank per node (or one whole server per node as replicas).
+
+Everything pytest-sskj knows about SGLang lives here: the ``--moe-runner-backend`` choices, the per-node
+commands, the parallel-size checks, ``/health_generate``, the healthy-start markers and SGLang's own
+failure lines, ``/flush_cache``, and ``/server_info`` -- the *effective* ``ServerArgs`` after SGLang's
+own post-processing, which every launched server is verified against (domain.md §8).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from pytest_sskj.engines.base import BackendSwitch, CacheReset, Engine, LogRules, VersionFacts, host_of, sig
+from pytest_sskj.server.spec import NodeCommand, ServerSpec
+
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
+
+__all__ = [
+    "BACKENDS",
+    "SERVER_INFO_PATHS",
+    "SGLangEngine",
+    "expected_server_info",
+    "fetch_server_info",
+    "verify_server_info",
+]
+
+NAME = "sglang"
+DEFAULT_PORT = 30000
+
+# --moe-runner-backend choices at the users' base commit (domain.md §8.1).
+BACKENDS = (
+    "auto",
+    "deep_gemm",
+    "triton",
+    "triton_kernel",
+    "flashinfer_trtllm",
+    "experimental_sgl_trtllm",
+    "flashinfer_trtllm_routed",
+    "flashinfer_cutlass",
+    "flashinfer_mxfp4",
+    "flashinfer_cutedsl",
+    "cutlass",
+    "aiter",
+    "marlin",
+    "humming",
+    "experimental_sgl_marlin",
+    "hpc_ops",
+    "megamoe",
+)
+
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "backends": ("marlin", "flashinfer_mxfp4"),
+        "chunks": (4096, 8192, 16384),
+        "concurrencies": (8, 16),
+        "isl": 16384,
+        "osl": 1,
+        "requests": 40,
+        "repeats": 3,
+        "endpoint": "generate",
+        "health_timeout_s": 1800.0,
+        "stall_timeout_s": 600.0,
+        "port": DEFAULT_PORT,
+    }
+)
+
+_MANAGERS = (
+    "Scheduler|TokenizerManager|DetokenizerManager|DataParallelController|MultiTokenizerRouter|MultiDetokenizerRouter"
+)
+
+_LOGS = LogRules(
+    signatures=(
+        sig("mem_fraction", "oom", "fatal", r"Not enough memory\. Please try to increase --mem-fraction-static\."),
+        sig("prefill_oom", "oom", "fatal", r"Prefill out of memory\. Try to lower your batch size\."),
+        sig("decode_oom", "oom", "fatal", r"Decode out of memory\. Try to lower your batch size\."),
+        sig("req_slots_oom", "oom", "fatal", r"alloc_req_slots runs out of memory\."),
+        sig("scheduler_died_init", "oom", "fatal", r"Rank \d+ scheduler died during initialization \(exit code: -9\)"),
+        sig("kv_pool_full", "oom", "warning", r"KV cache pool is full\. Retract requests\."),
+        sig("memory_leak", "oom", "error", r"memory leak detected!"),
+        sig(
+            "soft_watchdog",
+            "watchdog",
+            "warning",
+            r"\w+ watchdog timeout \(self\.watchdog_timeout=[^,]*, self\.soft=True\)",
+        ),
+        sig("watchdog", "watchdog", "fatal", r"\w+ watchdog timeout \(self\.watchdog_timeout="),
+        sig(
+            "health_check_failed",
+            "watchdog",
+            "error",
+            r"Health check failed\. Server couldn't get a response from detokenizer for last",
+        ),
+        sig("manager_exception", "crash", "fatal", rf"\b({_MANAGERS}) hit an exception: "),
+        sig(
+            "sigquit_child",
+            "crash",
+            "fatal",
+            r"Received sigquit from a child process\. It usually means the child failed\.",
+        ),
+        sig("sigquit", "crash", "fatal", r"SIGQUIT received\. signum=.*It usually means one child failed\."),
+        sig("subprocess_crashed", "crash", "fatal", r"Subprocess \S+ \(pid=\d+\) crashed with exit code -?\d+"),
+        sig("scheduler_died", "crash", "fatal", r"Rank \d+ scheduler died during initialization \(exit code: "),
+        sig(
+            "init_failed",
+            "crash",
+            "fatal",
+            r"Initialization failed\. (Please see the error messages above\.|warmup error: )",
+        ),
+        sig("cuda_graph_failed", "crash", "fatal", r"Capture cuda graph failed: "),
+    ),
+    healthy_markers=(
+        "Init torch distributed begin.",
+        "Init torch distributed ends.",
+        "Load weight end.",
+        "Memory pool end.",
+        "The server is fired up and ready to roll!",
+    ),
+    rank0_only_markers=frozenset({"The server is fired up and ready to roll!"}),
+)
+
+
+def _common_argv(spec: ServerSpec) -> list[str]:
+    py = spec.python or ("python3" if spec.nodes else sys.executable)
+    common = [py, "-m", "sglang.launch_server"]
+    if spec.model_path:
+        common += ["--model-path", spec.model_path]
+    common += ["--tp-size", str(spec.tp)]
+    if spec.ep > 1:
+        common += ["--ep-size", str(spec.ep)]
+    if spec.dp > 1:
+        common += ["--dp-size", str(spec.dp)]
+        if spec.nnodes > 1 and spec.placement == "ranks":
+            common += ["--enable-dp-attention"]
+    if spec.pp > 1:
+        common += ["--pp-size", str(spec.pp)]
+    common += ["--moe-runner-backend", spec.backend]
+    if spec.chunk is not None:
+        common += ["--chunked-prefill-size", str(spec.chunk)]
+    if spec.disable_radix_cache:
+        common += ["--disable-radix-cache"]
+    common += ["--host", spec.host, "--port", str(spec.port or DEFAULT_PORT)]
+    return common
+
+
+def fetch_server_info(url: str, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """The JSON object of ``/server_info`` (then ``/get_server_info``) at base ``url``; ``None`` if neither answers.
+
+    ``None`` means "this server has no server info" (404/405 on both paths, or not a JSON object), or
+    it did not answer at all; callers decide whether that is acceptable.
+    """
+    import httpx
+
+    base = url.rstrip("/")
+    for path in SERVER_INFO_PATHS:
+        try:
+            r = httpx.get(base + path, timeout=timeout_s, trust_env=False)
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            continue
+        try:
+            data = r.json()
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def expected_server_info(spec: ServerSpec) -> dict[str, Any]:
+    """The ``ServerArgs`` values a server launched from ``spec`` must report (before SGLang's rewrites)."""
+    ranks = spec.placement == "ranks"
+    exp: dict[str, Any] = {
+        "tp_size": spec.tp,
+        "ep_size": spec.ep,
+        "dp_size": spec.dp,
+        "pp_size": spec.pp,
+        "disable_radix_cache": spec.disable_radix_cache,
+        "nnodes": spec.nnodes if ranks else 1,
+        "node_rank": 0,
+    }
+    if spec.backend != "auto":
+        exp["moe_runner_backend"] = spec.backend
+    if spec.chunk is not None:
+        exp["chunked_prefill_size"] = spec.chunk
+    return exp
+
+
+def _effective_chunk(spec_chunk: int, info: Mapping[str, Any]) -> int:
+    """SGLang divides the chunk by dp_size when DP attention is on (server_args ``_handle_data_parallelism``)."""
+    dp = info.get("dp_size")
+    if info.get("enable_dp_attention") and isinstance(dp, int) and dp > 1:
+        return spec_chunk // dp
+    return spec_chunk
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+_MISSING = object()
+
+
+def _check_chunk(want: int, got: Any, info: Mapping[str, Any]) -> str | None:
+    key = "chunked_prefill_size"
+    eff = _effective_chunk(want, info)
+    if got is _MISSING:
+        return f"{key}: spec {want}, server does not report {key}"
+    if got != eff:
+        note = f" (expected {eff} = {want} // dp_size {info.get('dp_size')} with DP attention)" if eff != want else ""
+        return f"{key}: spec {want}, server reports {_show(got)}{note}"
+    return None
+
+
+def verify_server_info(spec: ServerSpec, info: Mapping[str, Any]) -> list[str]:
+    """Every disagreement between ``spec`` and a server's ``/server_info``, one sentence each (empty: all match).
+
+    Checked: ``moe_runner_backend`` (unless the spec asks for ``auto``), ``chunked_prefill_size``
+    (when the spec sets one; DP attention's division accounted for), ``tp_size``, ``ep_size``,
+    ``dp_size``, ``pp_size``, ``disable_radix_cache``, ``nnodes`` and ``node_rank`` (the serving rank
+    must be 0).  A field the server does not report is a mismatch too: it cannot be confirmed.
+    """
+    out: list[str] = []
+    for key, want in expected_server_info(spec).items():
+        got = info.get(key, _MISSING)
+        if key == "chunked_prefill_size" and isinstance(want, int):
+            problem = _check_chunk(want, got, info)
+            if problem:
+                out.append(problem)
+            continue
+        if got is _MISSING:
+            if key == "ep_size" and want == 1:
+                continue  # SGLang versions without expert parallelism report no ep_size
+            out.append(f"{key}: spec {_show(want)}, server does not report {key}")
+        elif isinstance(want, bool):
+            if got is not want:
+                out.append(f"{key}: spec {_show(want)}, server reports {_show(got)}")
+        elif got != want:
+            out.append(f"{key}: spec {_show(want)}, server reports {_show(got)}")
+    return out
+
+
+def _check_world(s: Settings) -> None:
+    from pytest_sskj.validate import usage
+
+    nnodes = max(1, len(s.nodes))
+    world = s.tp * s.pp
+    if world % nnodes:
+        fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
+        raise usage(
+            f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
+            f"({', '.join(s.nodes) or 'local'})",
+            f"a node count that divides {world}",
+            f"use a node count that divides {world}, e.g. --nodes with {fits} node(s)",
+        )
+    if world // nnodes > s.gpus_per_node:
+        raise usage(
+            f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs per node, "
+            f"but nodes have {s.gpus_per_node}",
+            f"TP x PP / nodes <= {s.gpus_per_node} (--sskj-gpus-per-node)",
+            "add nodes, lower --tp, or set --sskj-gpus-per-node",
+        )
+    if s.tp % s.ep:
+        raise usage(
+            f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)",
+            f"--ep a divisor of --tp {s.tp}",
+            "e.g. --tp 32 --ep 4",
+        )
+
+
+class SGLangEngine(Engine):
+    name = NAME
+    description = "python -m sglang.launch_server, one rank per node"
+    backends = BACKENDS
+    backend_switch = BackendSwitch("flag", flag="--moe-runner-backend")
+    defaults = _DEFAULTS
+    endpoints = ("generate", "completions", "chat")
+    health_path = "/health_generate"
+    logs = _LOGS
+    versions = VersionFacts(distributions=("sglang",), modules=("sglang", "flashinfer", "torch"))
+    cache_reset = CacheReset("POST", "/flush_cache")
+    restart_cost = "expensive"
+    point_budget_s = 900.0
+    token_ids = "SGLang native POST /generate, meta_info output_ids"  # noqa: S105 - not a secret
+    verifies_config_at_start = True
+    config_facts = ("version", "moe_runner_backend", "chunked_prefill_size", "tp_size", "ep_size", "dp_size")
+
+    def node_commands(self, spec: ServerSpec) -> list[NodeCommand]:
+        common = _common_argv(spec)
+        port = spec.port or DEFAULT_PORT
+        if spec.placement == "replicas" or spec.nnodes == 1:
+            return [
+                NodeCommand(host_of(spec, rank), rank, (*common, *spec.extra_args), spec.env, True, port)
+                for rank in range(spec.nnodes)
+            ]
+        init = f"{spec.dist_init_host or spec.nodes[0]}:{spec.dist_init_port}"
+        cmds: list[NodeCommand] = []
+        for rank in range(spec.nnodes):
+            argv = (
+                *common,
+                "--nnodes",
+                str(spec.nnodes),
+                "--node-rank",
+                str(rank),
+                "--dist-init-addr",
+                init,
+                *spec.extra_args,
+            )
+            cmds.append(NodeCommand(host_of(spec, rank), rank, argv, spec.env, rank == 0, port))
+        return cmds
+
+    def check_settings(self, settings: Settings) -> None:
+        _check_world(settings)
+
+    def read_config(self, url: str) -> dict[str, Any] | None:
+        info = fetch_server_info(url)
+        return dict(info) if info is not None else None
+
+    def verify_config(self, spec: ServerSpec, info: Mapping[str, Any]) -> list[str]:
+        return verify_server_info(spec, info)
+
+    def live_config_problems(self, spec: ServerSpec, url: str) -> list[str]:
+        info = fetch_server_info(url)
+        if info is None:
+            return [f"{url.rstrip('/')}/server_info did not answer after the point"]
+        return verify_server_info(spec, info)
+
+    def config_mismatches(self, spec: ServerSpec, info: Mapping[str, Any] | None) -> list[str]:
+        if not info:
+            return []
+        expected: dict[str, Any] = {"moe_runner_backend": spec.backend, "tp_size": spec.tp, "ep_size": spec.ep}
+        if spec.chunk is not None:
+            expected["chunked_prefill_size"] = spec.chunk
+        if spec.disable_radix_cache:
+            expected["disable_radix_cache"] = True
+        return [
+            f"{key}={info[key]!r} (spec'd {want!r})"
+            for key, want in expected.items()
+            if key in info and str(info[key]) != str(want)
+        ]
