@@ -73,6 +73,8 @@ def check_settings(s: Settings) -> None:
         )
     if s.launcher == "ssh" and s.launches:
         _check_numeric_nodes(s)
+    if not s.dry_run:  # last: nothing is created when an earlier check fails
+        _create_reports_dir(s)
 
 
 def _check_target_url(s: Settings) -> None:
@@ -109,6 +111,18 @@ def _check_reports_dir(s: Settings) -> None:
                     "pick a directory you own, e.g. --reports-dir ~/sskj-reports",
                 )
             return
+
+
+def _create_reports_dir(s: Settings) -> None:
+    """Create the reports root now, so that a path the OS refuses is a usage error, not an INTERNALERROR."""
+    try:
+        s.reports_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise usage(
+            f"--reports-dir {s.reports_dir} cannot be created: {exc.strerror or exc}",
+            "a directory that exists or can be created, and that you can write to",
+            "pick a directory you own, e.g. --reports-dir ~/sskj-reports",
+        ) from None
 
 
 def _check_run_id(s: Settings) -> None:

@@ -42,6 +42,7 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (["--sskj-endpoint", "generate"], {}, "*endpoint 'generate' is not served by engine 'embedded'*"),
     (["--reports-dir", "a_file"], {}, "*--reports-dir *a_file is a file*"),
     (["--reports-dir", "a_file/below"], {}, "*lies below *a_file, which is a file*"),
+    (["--reports-dir", "/proc/sskj-reports"], {}, "*--reports-dir /proc/sskj-reports cannot be created*"),
     (
         ["--engine", "vllm", "--tp", "32", "--nodes", "601-603"],
         {},
