@@ -30,6 +30,7 @@ from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
 from pytest_sskj.acceptance.search import SearchResult, judge, search
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
+from pytest_sskj.acceptance.summary import summary_lines  # imported (and rewritten) early, not at session end
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import SETTINGS_KEY
@@ -383,10 +384,7 @@ def _param_rank(item: pytest.Item) -> int:
 def _budget_s(settings: Settings, item: pytest.Item) -> float:
     """pytest-timeout's bound of one acceptance test: its server start plus its points, each point allowed
     the engine's budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
-    from pytest_sskj.bench.client import BenchTimeouts
-
-    deadline = BenchTimeouts.for_shape(settings.stall_timeout_s, settings.osl).deadline_s or 0.0
-    per_point = max(get_engine(settings.engine).point_budget_s, deadline + 30.0)
+    per_point = max(get_engine(settings.engine).point_budget_s, settings.stall_timeout_s + 30.0)
     rank = _param_rank(item)
     points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):
@@ -417,8 +415,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    from pytest_sskj.acceptance.summary import summary_lines
-
     if hasattr(config, "workerinput"):
         return
     settings = config.stash.get(SETTINGS_KEY, None)

@@ -190,11 +190,11 @@ class PointRunner:
             model=s.model_name if get_engine(s.engine).sends_model_name else None,
         )
 
-    def timeouts(self) -> Any:
+    def timeouts(self, point: Point) -> Any:
         """The bench's hang bounds: ``--sskj-stall-timeout`` and a per-request deadline from the shape."""
         from pytest_sskj.bench.client import BenchTimeouts
 
-        return BenchTimeouts.for_shape(self.settings.stall_timeout_s, self.settings.osl)
+        return BenchTimeouts.for_shape(self.settings.stall_timeout_s, self.settings.osl, point.concurrency)
 
     def base_row(self, point: Point, test_id: str, spec: ServerSpec) -> dict[str, Any]:
         s = self.settings
@@ -410,7 +410,7 @@ class PointRunner:
                 self.progress(point, counts[0], counts[1])
 
         workload = self.workload(point)  # imported here, not in the thread
-        timeouts = self.timeouts()
+        timeouts = self.timeouts(point)
 
         def work() -> None:
             try:

@@ -55,11 +55,12 @@ class BenchTimeouts:
     run's hang bounds.
 
     ``read_s`` bounds the silence between reads (a 16K-token prefill at high concurrency can take
-    minutes before the first byte), not the whole request.  ``stall_s``: no token for this long while
-    a request is open (sent, not finished; the first token included) fails it as *stalled*, whatever
-    bytes arrive meanwhile (a 1 byte/s drip of keep-alives is no progress).  ``deadline_s``: a request
-    open longer than this fails too.  Either one ends the phase: the server is hung, so the open
-    requests are aborted and the unsent ones are not sent (see :class:`~pytest_sskj.bench.runner`).
+    minutes before the first byte), not the whole request.  ``stall_s``: no token on any request for
+    this long while a request is open (sent, not finished; the first token included) fails it as
+    *stalled*, whatever bytes arrive meanwhile (a 1 byte/s drip of keep-alives is no progress).
+    ``deadline_s``: a request open longer than this fails too.  Either one ends the phase: the server
+    is hung, so the open requests are aborted and the unsent ones are not sent
+    (see :mod:`pytest_sskj.bench.runner`).
     """
 
     connect_s: float = 30.0
@@ -69,10 +70,13 @@ class BenchTimeouts:
     deadline_s: float | None = None
 
     @classmethod
-    def for_shape(cls, stall_s: float, osl: int, *, per_token_s: float = TOKEN_ALLOWANCE_S) -> BenchTimeouts:
+    def for_shape(
+        cls, stall_s: float, osl: int, concurrency: int = 1, *, per_token_s: float = TOKEN_ALLOWANCE_S
+    ) -> BenchTimeouts:
         """Hang bounds derived from the shape: the stall timeout, and a per-request deadline of the stall
-        timeout (time to the first token) plus ``per_token_s`` for every further output token."""
-        deadline = stall_s + max(0, osl - 1) * per_token_s
+        timeout plus ``per_token_s`` for every output token of the ``concurrency`` requests a one-slot
+        server may serve before this one finishes."""
+        deadline = stall_s + max(1, concurrency) * max(1, osl) * per_token_s
         return cls(read_s=max(stall_s, 1.0) + 5.0, stall_s=stall_s, deadline_s=deadline)
 
     def to_httpx(self) -> httpx.Timeout:

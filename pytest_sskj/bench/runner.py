@@ -184,17 +184,19 @@ class _Point:
     def _watching(self) -> bool:
         return self.timeouts.stall_s is not None or self.timeouts.deadline_s is not None
 
-    def _overdue(self, rec: RequestRecord, now: float) -> str | None:
-        """Why an open request counts as hung at ``now`` (no token for ``stall_s``, past ``deadline_s``)."""
+    def _overdue(self, rec: RequestRecord, now: float, progress: float | None = None) -> str | None:
+        """Why an open request counts as hung at ``now``: neither it nor any other request of the phase got a
+        token for ``stall_s`` (``progress``: the phase's last token; queued requests of a busy server are not
+        stalled while others advance), or it has been open longer than ``deadline_s``."""
         if rec.t_send is None or rec.t_end is not None:
             return None
         stall, deadline = self.timeouts.stall_s, self.timeouts.deadline_s
-        last = rec.chunk_times[-1] if rec.chunk_times else rec.t_send
+        last = max(rec.chunk_times[-1] if rec.chunk_times else rec.t_send, progress or 0.0)
         what = "first token" if rec.t_first is None else "next token"
         if stall is not None and now - last > stall:
             return (
-                f"stalled: no {what} for {now - last:.2f} s while the request was open "
-                f"({rec.bytes_received} bytes so far; stall timeout {stall:g} s)"
+                f"stalled: no token from the server for {now - last:.2f} s while requests were open (this one: "
+                f"{what} pending, {rec.bytes_received} bytes so far; stall timeout {stall:g} s)"
             )
         if deadline is not None and now - rec.t_send > deadline:
             return (
@@ -204,13 +206,14 @@ class _Point:
         return None
 
     async def _watch(self, records: list[RequestRecord], tasks: list[asyncio.Task[None]]) -> None:
-        """Stop the phase once any open request is overdue: the server hangs, the rest would only wait."""
+        """Stop the phase once an open request is overdue: the server hangs, the rest would only wait."""
         tick = min(0.25, (self.timeouts.stall_s or 1.0) / 4)
         while self.stalled is None:
             await asyncio.sleep(tick)
             now = perf_counter()
+            progress = max((r.chunk_times[-1] for r in records if r.chunk_times), default=None)
             for rec in records:
-                why = self._overdue(rec, now)
+                why = self._overdue(rec, now, progress)
                 if why is not None:
                     self.stalled = f"request #{rec.index} {why}"
                     break
@@ -223,7 +226,7 @@ class _Point:
         if rec.t_send is None:
             rec.set_error(f"not sent: the phase stopped ({self.stalled})")
             return
-        why = self._overdue(rec, now)  # its own stall, or aborted because another request stalled
+        why = self._overdue(rec, now)  # its own stall or deadline, or aborted because the server hangs
         if rec.t_end is None:
             rec.t_end = now
         rec.set_error(why or f"aborted: the server hangs ({self.stalled})")
