@@ -34,7 +34,7 @@ def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
     """An ``sskj_*`` ini key (ini file or ``-o``) that is no pytest-sskj setting is a typo: refuse it."""
     known_set = set(known)
     keys = set(getattr(config, "_inicfg", None) or {})  # the ini file's keys (config.inicfg is deprecated)
-    for item in getattr(config.option, "override_ini", None) or []:
+    for item in getattr(getattr(config, "option", None), "override_ini", None) or []:
         keys.add(str(item).partition("=")[0].strip())
     bad = sorted(k for k in keys if k.startswith("sskj_") and k not in known_set)
     if bad:
