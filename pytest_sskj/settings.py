@@ -342,7 +342,8 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
         where = _where(s.sources.get("backends", "cli"), opts["backends"], None)
         raise pytest.UsageError(
             f"{where}: backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}\n"
-            f"  accepted: {', '.join(info.backends)} (the backends of engine {s.engine})\n"
+            f"  accepted: {', '.join(info.backends)} (the backends of engine {s.engine}, applied as "
+            f"{info.backend_switch.describe()})\n"
             f"  Hint: --backend {','.join(info.backends[:2])}, or pick another --engine"
         )
     if s.endpoint not in info.endpoints:

@@ -112,6 +112,9 @@ class VersionFacts:
     """Distributions whose installed version goes into the manifest's package list (``importlib.metadata``)."""
     modules: tuple[str, ...] = ()
     """Modules imported on node 0 to read ``__version__`` (empty: nothing is probed on the node)."""
+    checked: str | None = None
+    """The release whose behaviour (flags, resolution, markers, log lines) this module is contract-tested against;
+    the manifest records it next to the version found on the node."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ own post-processing, which every launched server is verified against (domain.md 
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -31,7 +32,9 @@ __all__ = [
 NAME = "sglang"
 DEFAULT_PORT = 30000
 
-# --moe-runner-backend choices at the users' base commit (domain.md §8.1).
+# --moe-runner-backend choices of sglang 0.5.23 (arg_groups/choices.py MOE_RUNNER_BACKEND_CHOICES, in its order): the
+# users' base commit's 17 (domain.md §8.1) plus flashinfer_megamoe, lora_cutedsl, lora_triton, lora_marlin and
+# intel_xpu.  unit/contracts/test_sglang_contract.py compares this list with the installed package.
 BACKENDS = (
     "auto",
     "deep_gemm",
@@ -43,14 +46,22 @@ BACKENDS = (
     "flashinfer_cutlass",
     "flashinfer_mxfp4",
     "flashinfer_cutedsl",
+    "flashinfer_megamoe",
     "cutlass",
     "aiter",
     "marlin",
     "humming",
     "experimental_sgl_marlin",
+    "lora_cutedsl",
+    "lora_triton",
+    "lora_marlin",
     "hpc_ops",
     "megamoe",
+    "intel_xpu",
 )
+PINNED_VERSION = "0.5.23"
+"""The sglang release the command lines, markers and /server_info expectations are checked against
+(unit/contracts/test_sglang_contract.py, .ci/install_sglang.sh)."""
 
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
@@ -90,12 +101,26 @@ _LOGS = LogRules(
             r"\w+ watchdog timeout \(self\.watchdog_timeout=[^,]*, self\.soft=True\)",
         ),
         sig("watchdog", "watchdog", "fatal", r"\w+ watchdog timeout \(self\.watchdog_timeout="),
+        # the users' rule (seed 000): a failed health check fails the point
         sig(
             "health_check_failed",
             "watchdog",
-            "error",
+            "fatal",
             r"Health check failed\. Server couldn't get a response from detokenizer for last",
         ),
+        sig("watchdog_thread_crashed", "watchdog", "fatal", r"\b\w+ ?[Ww]atchdog thread crashed: "),
+        # what ranks >= 1 log when a scheduler dies (engine.py / data_parallel_controller.py); 0 and -15 (our SIGTERM
+        # at teardown) are a clean stop
+        sig(
+            "scheduler_terminated",
+            "crash",
+            "fatal",
+            r"Scheduler or DataParallelController \d+ terminated with (?!0\b|-15\b)-?\d+",
+        ),
+        sig("crash_dump", "crash", "fatal", r"Dumping requests before crash\."),
+        sig("weights_not_ready", "crash", "fatal", r"Weights are not ready after waiting \d+ seconds\."),
+        # the shell that ran the server reports it SIGKILLed (OOM killer): "bash: line 1: 4242 Killed  python3 -m ..."
+        sig("shell_killed", "oom", "fatal", r"\b\d+ Killed\s+.*\bsglang\.launch_server\b"),
         sig("manager_exception", "crash", "fatal", rf"\b({_MANAGERS}) hit an exception: "),
         sig(
             "sigquit_child",
@@ -115,14 +140,28 @@ _LOGS = LogRules(
         sig("cuda_graph_failed", "crash", "fatal", r"Capture cuda graph failed: "),
     ),
     healthy_markers=(
-        "Init torch distributed begin.",
-        "Init torch distributed ends.",
+        "Init parallel begin.|Init torch distributed begin.",
+        "Init parallel ends.|Init torch distributed ends.",
         "Load weight end.",
         "Memory pool end.",
         "The server is fired up and ready to roll!",
     ),
     rank0_only_markers=frozenset({"The server is fired up and ready to roll!"}),
+    # --log-requests echoes request payloads (utils/request_logger.py): a prompt quoting an error is no finding
+    benign=(re.compile(r"\b(Receive|Finish): obj="),),
+    # warnings logged with exc_info=True (0.5.23 source): their traceback is expected, not a failure
+    benign_tracebacks=(
+        re.compile(r"post-warmup freeze_gc failed"),
+        re.compile(r"cleanup_stale_shm: sweep failed, continuing startup"),
+        re.compile(r"get_device_sm: NVML query failed, using torch\.cuda"),
+        re.compile(r"Unable to query free device memory"),
+    ),
 )
+
+
+def _attention_dp(spec: ServerSpec) -> bool:
+    """Multi-node data parallel (one server over several nodes) is attention DP: the only kind SGLang supports."""
+    return spec.dp > 1 and spec.nnodes > 1 and spec.placement == "ranks"
 
 
 def _common_argv(spec: ServerSpec) -> list[str]:
@@ -133,10 +172,12 @@ def _common_argv(spec: ServerSpec) -> list[str]:
     common += ["--tp-size", str(spec.tp)]
     if spec.ep > 1:
         common += ["--ep-size", str(spec.ep)]
-    if spec.dp > 1:
+    if _attention_dp(spec):
+        # multi-node data parallel is attention DP; 0.5.23 deprecates --enable-dp-attention for --attn-dp-size N
+        # and resolves it to dp_size=1, attn_dp_size=N, chunked_prefill_size // N
+        common += ["--attn-dp-size", str(spec.dp)]
+    elif spec.dp > 1:
         common += ["--dp-size", str(spec.dp)]
-        if spec.nnodes > 1 and spec.placement == "ranks":
-            common += ["--enable-dp-attention"]
     if spec.pp > 1:
         common += ["--pp-size", str(spec.pp)]
     common += ["--moe-runner-backend", spec.backend]
@@ -173,13 +214,29 @@ def fetch_server_info(url: str, timeout_s: float = 10.0) -> dict[str, Any] | Non
     return None
 
 
-def expected_server_info(spec: ServerSpec) -> dict[str, Any]:
-    """The ``ServerArgs`` values a server launched from ``spec`` must report (before SGLang's rewrites)."""
+def _reports_attn_dp(info: Mapping[str, Any] | None) -> bool:
+    """Whether the server reports ``attn_dp_size`` (sglang >= 0.5.23; older versions report DP attention as
+    ``dp_size=N, enable_dp_attention=true``)."""
+    return info is not None and isinstance(info.get("attn_dp_size"), int)
+
+
+def _dp_expectations(spec: ServerSpec, info: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not _attention_dp(spec):
+        return {"dp_size": spec.dp, **({"attn_dp_size": 1} if _reports_attn_dp(info) else {})}
+    if info is None or _reports_attn_dp(info):
+        return {"dp_size": 1, "attn_dp_size": spec.dp}  # 0.5.23 rewrites the request so
+    return {"dp_size": spec.dp, "enable_dp_attention": True}
+
+
+def expected_server_info(spec: ServerSpec, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``ServerArgs`` values a server launched from ``spec`` must report, as the sglang that reports ``info``
+    resolves them (``None``: as the pinned 0.5.23 does).  ``chunked_prefill_size`` is the requested chunk; the
+    DP-attention division is applied by :func:`verify_server_info`."""
     ranks = spec.placement == "ranks"
     exp: dict[str, Any] = {
         "tp_size": spec.tp,
         "ep_size": spec.ep,
-        "dp_size": spec.dp,
+        **_dp_expectations(spec, info),
         "pp_size": spec.pp,
         "disable_radix_cache": spec.disable_radix_cache,
         "nnodes": spec.nnodes if ranks else 1,
@@ -192,12 +249,14 @@ def expected_server_info(spec: ServerSpec) -> dict[str, Any]:
     return exp
 
 
-def _effective_chunk(spec_chunk: int, info: Mapping[str, Any]) -> int:
-    """SGLang divides the chunk by dp_size when DP attention is on (server_args ``_handle_data_parallelism``)."""
+def _chunk_divisor(info: Mapping[str, Any]) -> tuple[int, str]:
+    """What SGLang divides the chunk by with DP attention (``_handle_data_parallelism``), and its name."""
+    if _reports_attn_dp(info):
+        return int(info["attn_dp_size"]), "attn_dp_size"
     dp = info.get("dp_size")
     if info.get("enable_dp_attention") and isinstance(dp, int) and dp > 1:
-        return spec_chunk // dp
-    return spec_chunk
+        return dp, "dp_size"
+    return 1, "dp_size"
 
 
 def _show(v: Any) -> str:
@@ -211,11 +270,12 @@ _MISSING = object()
 
 def _check_chunk(want: int, got: Any, info: Mapping[str, Any]) -> str | None:
     key = "chunked_prefill_size"
-    eff = _effective_chunk(want, info)
+    div, name = _chunk_divisor(info)
+    eff = want // div
     if got is _MISSING:
         return f"{key}: spec {want}, server does not report {key}"
     if got != eff:
-        note = f" (expected {eff} = {want} // dp_size {info.get('dp_size')} with DP attention)" if eff != want else ""
+        note = f" (expected {eff} = {want} // {name} {div} with DP attention)" if eff != want else ""
         return f"{key}: spec {want}, server reports {_show(got)}{note}"
     return None
 
@@ -225,11 +285,13 @@ def verify_server_info(spec: ServerSpec, info: Mapping[str, Any]) -> list[str]:
 
     Checked: ``moe_runner_backend`` (unless the spec asks for ``auto``), ``chunked_prefill_size``
     (when the spec sets one; DP attention's division accounted for), ``tp_size``, ``ep_size``,
-    ``dp_size``, ``pp_size``, ``disable_radix_cache``, ``nnodes`` and ``node_rank`` (the serving rank
-    must be 0).  A field the server does not report is a mismatch too: it cannot be confirmed.
+    ``dp_size`` and ``attn_dp_size`` (multi-node DP is attention DP: 0.5.23 reports ``dp_size=1,
+    attn_dp_size=N``, older versions ``dp_size=N, enable_dp_attention=true``), ``pp_size``,
+    ``disable_radix_cache``, ``nnodes`` and ``node_rank`` (the serving rank must be 0).  A field the
+    server does not report is a mismatch too: it cannot be confirmed.
     """
     out: list[str] = []
-    for key, want in expected_server_info(spec).items():
+    for key, want in expected_server_info(spec, info).items():
         got = info.get(key, _MISSING)
         if key == "chunked_prefill_size" and isinstance(want, int):
             problem = _check_chunk(want, got, info)
@@ -285,13 +347,23 @@ class SGLangEngine(Engine):
     endpoints = ("generate", "completions", "chat")
     health_path = "/health_generate"
     logs = _LOGS
-    versions = VersionFacts(distributions=("sglang",), modules=("sglang", "flashinfer", "torch"))
+    versions = VersionFacts(
+        distributions=("sglang",), modules=("sglang", "flashinfer", "torch"), checked=PINNED_VERSION
+    )
     cache_reset = CacheReset("POST", "/flush_cache")
     restart_cost = "expensive"
     point_budget_s = 900.0
     token_ids = "SGLang native POST /generate, meta_info output_ids"  # noqa: S105 - not a secret
     verifies_config_at_start = True
-    config_facts = ("version", "moe_runner_backend", "chunked_prefill_size", "tp_size", "ep_size", "dp_size")
+    config_facts = (
+        "version",
+        "moe_runner_backend",
+        "chunked_prefill_size",
+        "tp_size",
+        "ep_size",
+        "dp_size",
+        "attn_dp_size",
+    )
 
     def node_commands(self, spec: ServerSpec) -> list[NodeCommand]:
         common = _common_argv(spec)

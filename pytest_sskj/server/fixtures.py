@@ -102,14 +102,16 @@ def get_pool(config: pytest.Config) -> ServerPool:
 
 
 _VERSIONS_PY = (
-    "import importlib, json, sys\n"
+    "import importlib, importlib.metadata, json, sys\n"
     "out = {}\n"
     "for name in sys.argv[1:]:\n"
     "    try:\n"
-    "        m = importlib.import_module(name)\n"
+    "        out[name] = importlib.metadata.version(name)\n"
     "    except Exception:\n"
-    "        continue\n"
-    "    out[name] = getattr(m, '__version__', None)\n"
+    "        try:\n"
+    "            out[name] = getattr(importlib.import_module(name), '__version__', None)\n"
+    "        except Exception:\n"
+    "            continue\n"
     "    if name == 'flashinfer':\n"
     "        try:\n"
     "            from flashinfer import _build_meta\n"
@@ -118,7 +120,9 @@ _VERSIONS_PY = (
     "            pass\n"
     "print(json.dumps(out))\n"
 )
-"""Reads ``__version__`` of the modules named on its command line (the engine's ``versions.modules``)."""
+"""The installed version of each module named on its command line (the engine's ``versions.modules``): the
+distribution's metadata first (no import side effects: a package whose import needs a GPU still reports), else the
+module's ``__version__``."""
 
 
 def engine_versions(pool: ServerPool, server: RunningServer) -> dict[str, Any]:
@@ -146,6 +150,8 @@ def _record_engine_facts(config: pytest.Config, pool: ServerPool, server: Runnin
     engine_ = get_engine(server.spec.engine)
     info = server.server_info() if engine_.config_facts else None
     facts: dict[str, Any] = {"engine": server.spec.engine, "startup_s": server.startup_s}
+    if engine_.versions.checked:
+        facts["contract_checked_version"] = engine_.versions.checked
     if info:
         for key in engine_.config_facts:
             if key in info:

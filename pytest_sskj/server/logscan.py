@@ -14,6 +14,7 @@ healthy-start markers seen so far.  Text that leaves here is passed through ``re
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,7 @@ _GENERIC: tuple[Signature, ...] = (
     sig("cuda_oom", "oom", "fatal", r"CUDA out of memory\. Tried to allocate "),
     sig("cuda_error_oom", "oom", "fatal", r"CUDA error: out of memory"),
     sig("cuda_alloc_error", "oom", "fatal", r"\bcudaErrorMemoryAllocation\b"),
+    sig("cuda_driver_oom", "oom", "fatal", r"CUDA driver error: out of memory"),
     # --- NCCL / distributed --------------------------------------------------------------------------
     sig(
         "nccl_collective_timeout",
@@ -57,13 +59,38 @@ _GENERIC: tuple[Signature, ...] = (
         r"\b(ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclRemoteError)\b",
     ),
     sig("dist_backend_error", "nccl", "fatal", r"\bDistBackendError\b"),
+    sig(
+        "nccl_watchdog_stuck",
+        "nccl",
+        "fatal",
+        r"ProcessGroupNCCL's watchdog got stuck for \d+ seconds",
+    ),
+    sig(
+        "nccl_heartbeat_timeout",
+        "nccl",
+        "fatal",
+        r"Heartbeat monitor timed out! Process will be terminated after dumping debug info\.",
+    ),
+    sig(
+        "nccl_watchdog_hang",
+        "nccl",
+        "fatal",
+        r"(Terminating|would have terminated) the process .*due to ProcessGroupNCCL watchdog hang",
+    ),
     sig("nccl_warn", "nccl", "warning", r"\[\d+\] [\w./-]+:\d+ NCCL WARN "),
     # --- crashes -------------------------------------------------------------------------------------
     sig("illegal_memory_access", "crash", "fatal", r"CUDA error: an illegal memory access was encountered"),
+    sig(
+        "cuda_kernel_error",
+        "crash",
+        "fatal",
+        r"CUDA error: (unspecified launch failure|device-side assert triggered|misaligned address)",
+    ),
     sig("cublas_status", "crash", "fatal", r"\bCUBLAS_STATUS_(?!SUCCESS\b)[A-Z_]+\b"),
     sig("segfault", "crash", "fatal", r"\bSegmentation fault\b"),
     sig("core_dumped", "crash", "fatal", r"\(core dumped\)|\bcore dumped\b(?![_=])"),
     sig("cxx_terminate", "crash", "fatal", r"terminate called after throwing an instance of "),
+    sig("cuda_error", "crash", "fatal", r"\bCUDA error: \w"),  # any other CUDA error (after the named ones)
     # --- misconfiguration (FlashInfer / TensorRT-LLM kernels, any engine that loads them) --------------
     sig("not_contiguous", "config", "fatal", r"\b\w+ must be contiguous(?![\w-])"),
     sig("mxfp8_input_sf", "config", "fatal", r"input_sf must be provided when use_mxfp8_act_scaling=True"),
@@ -75,7 +102,10 @@ _GENERIC: tuple[Signature, ...] = (
 )
 """The shared generic set (PyTorch, NCCL, CUDA, FlashInfer kernels, the OS): every engine's logs are scanned for it."""
 
-_TRACEBACK = sig("traceback", "traceback", "error", r"^(.*\] )?\s*Traceback \(most recent call last\):")
+_TRACEBACK = sig("traceback", "traceback", "fatal", r"^(.*\] )?\s*Traceback \(most recent call last\):")
+"""A Traceback fails the point (the users' rule: no OOM, Traceback, NCCL error or EngineDeadError in any node's
+log) unless the line logged right before it is one of the engine's known-benign ones (``LogRules.benign_tracebacks``:
+a warning logged with ``exc_info``)."""
 
 GENERIC_SIGNATURES: tuple[Signature, ...] = (*_GENERIC, _TRACEBACK)
 
@@ -152,6 +182,8 @@ class LogScanner:
         *,
         markers: Sequence[str] = (),
         signatures: Sequence[Signature] = SIGNATURES,
+        benign: Sequence[re.Pattern[str]] = (),
+        benign_tracebacks: Sequence[re.Pattern[str]] = (),
         secrets: Iterable[str] = (),
         context_before: int = 3,
         context_after: int = 12,
@@ -163,6 +195,10 @@ class LogScanner:
         self.markers = tuple(markers)
         """Healthy-start markers; ``"A|B"`` is seen when either alternative is."""
         self.signatures = tuple(signatures)
+        self.benign = tuple(benign)
+        """Lines that are never findings (the server echoing a request payload that quotes an error)."""
+        self.benign_tracebacks = tuple(benign_tracebacks)
+        """A traceback right after a line matching one of these is known-benign (a warning with ``exc_info``)."""
         self.markers_seen: list[str] = []
         self.secrets = tuple(secrets)
         self.offset = offset
@@ -171,6 +207,16 @@ class LogScanner:
         self._partial = b""
         self._before: deque[str] = deque(maxlen=context_before)
         self._after = context_after
+
+    def _match(self, line: str) -> Signature | None:
+        if any(b.search(line) for b in self.benign):
+            return None
+        hit = next((x for x in self.signatures if x.pattern.search(line)), None)
+        if hit is not None and hit.category == "traceback" and self._before:
+            previous = self._before[-1]
+            if any(b.search(previous) for b in self.benign_tracebacks):
+                return None
+        return hit
 
     def scan(self, *, final: bool = False) -> list[Finding]:
         """Findings in the lines appended since the last call; ``final`` also scans an unterminated last line."""
@@ -194,7 +240,7 @@ class LogScanner:
             for m in self.markers:
                 if m not in self.markers_seen and any(alt in line for alt in m.split("|")):
                     self.markers_seen.append(m)
-            hit = next((x for x in self.signatures if x.pattern.search(line)), None)
+            hit = self._match(line)
             if hit is not None:
                 after = lines[i + 1 : i + 1 + self._after]
                 excerpt = "\n".join([*self._before, line, *after])
@@ -232,6 +278,8 @@ class LogOracle:
             rank,
             markers=rules.healthy_markers,
             signatures=signatures_for(self.engine),
+            benign=rules.benign,
+            benign_tracebacks=rules.benign_tracebacks,
             secrets=self.secrets,
             offset=offset,
         )

@@ -167,3 +167,11 @@ def test_an_endpoint_the_engine_does_not_serve_is_refused_at_parse_time(pytester
     msg = str(info.value)
     assert "endpoint 'generate' is not served by engine 'embedded'" in msg, msg
     assert f"engine embedded serves: {', '.join(served)}" in msg, msg
+
+
+def test_an_unknown_backend_names_the_accepted_ones_and_how_they_are_applied(pytester: pytest.Pytester) -> None:
+    with pytest.raises(pytest.UsageError) as info:
+        pytester.parseconfigure("--engine", "sglang", "--backend", "marlin,nope")
+    msg = str(info.value)
+    assert "backend(s) nope unknown to engine 'sglang'" in msg, msg
+    assert "flashinfer_megamoe" in msg and "applied as flag --moe-runner-backend <backend>" in msg, msg

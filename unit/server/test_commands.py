@@ -36,6 +36,7 @@ SGLANG_VALUE_FLAGS = {
     "--tp-size",
     "--ep-size",
     "--dp-size",
+    "--attn-dp-size",
     "--pp-size",
     "--moe-runner-backend",
     "--moe-a2a-backend",
@@ -167,12 +168,14 @@ def test_sglang_multinode_argv_obeys_the_documented_flag_facts(backend: str, chu
         assert parse_flags(cmd.argv) == want
 
 
-def test_sglang_multinode_dp_adds_dp_attention_and_single_node_has_no_rank_flags() -> None:
+def test_sglang_multinode_dp_is_attention_dp_and_single_node_has_no_rank_flags() -> None:
+    # sglang 0.5.23 deprecates --dp-size N --enable-dp-attention for --attn-dp-size N (checked against the real
+    # package in unit/contracts/test_sglang_contract.py)
     dp = node_commands(kimi_spec("flashinfer_mxfp4", 8192, dp=4))
     for c in dp:
         f = parse_flags(c.argv)
-        assert f["--dp-size"] == "4" and f["--enable-dp-attention"] is True, (
-            "multi-node data parallel is not supported unless dp attention (§8.1)"
+        assert f["--attn-dp-size"] == "4" and "--enable-dp-attention" not in f and "--dp-size" not in f, (
+            "multi-node data parallel is not supported unless dp attention (§8.1), spelled --attn-dp-size in 0.5.23"
         )
     single = node_commands(kimi_spec("marlin", 4096, nodes=(), tp=8, ep=8))
     assert len(single) == 1 and single[0].node == "local"

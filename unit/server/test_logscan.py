@@ -81,7 +81,7 @@ HITS: list[tuple[str, str, str, str]] = [
     (
         "health_check_failed",
         "watchdog",
-        "error",
+        "fatal",
         "[2026-11-29 10:00:01] Health check failed. Server couldn't get a response from detokenizer for last 20 "
         "seconds. tic start time: 10:00:00. last_heartbeat time: 09:59:40",
     ),
@@ -183,8 +183,60 @@ HITS: list[tuple[str, str, str, str]] = [
         "fatal",
         "0.00.001.000 E gguf_init_from_file: failed to open GGUF file '/nope.gguf' (No such file or directory)",
     ),
-    ("traceback", "traceback", "error", "Traceback (most recent call last):"),
-    ("traceback", "traceback", "error", "[2026-11-29 10:00:01 TP3] Traceback (most recent call last):"),
+    ("traceback", "traceback", "fatal", "Traceback (most recent call last):"),
+    ("traceback", "traceback", "fatal", "[2026-11-29 10:00:01 TP3] Traceback (most recent call last):"),
+    # issue 11: the lines that were missed (shapes from sglang 0.5.23 / PyTorch source; the corpus has more)
+    (
+        "scheduler_terminated",
+        "crash",
+        "fatal",
+        "[2026-12-01 10:00:01] Scheduler or DataParallelController 81234 terminated with -9",
+    ),
+    (
+        "watchdog_thread_crashed",
+        "watchdog",
+        "fatal",
+        "[2026-12-01 10:00:01 TP0] Scheduler watchdog thread crashed: division by zero",
+    ),
+    ("crash_dump", "crash", "fatal", "[2026-12-01 10:00:01] Dumping requests before crash. self.crash_dump_folder='x'"),
+    (
+        "weights_not_ready",
+        "crash",
+        "fatal",
+        "[2026-12-01 10:00:01] Weights are not ready after waiting 120 seconds. Consider increasing "
+        "SGLANG_WAIT_WEIGHTS_READY_TIMEOUT environment variable.",
+    ),
+    (
+        "nccl_watchdog_stuck",
+        "nccl",
+        "fatal",
+        "[rank3]:[F1201 10:00:01.000 ProcessGroupNCCL.cpp:1613] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives.",
+    ),
+    (
+        "nccl_watchdog_hang",
+        "nccl",
+        "fatal",
+        "[rank3]:[F1201 10:00:01.000 ProcessGroupNCCL.cpp:1613] [PG ID 0 PG GUID 0(default_pg) Rank 3] Terminating "
+        "the process after attempting to dump debug info, due to ProcessGroupNCCL watchdog hang.",
+    ),
+    (
+        "nccl_heartbeat_timeout",
+        "nccl",
+        "fatal",
+        "[rank1]:[E1201 10:00:01.000 ProcessGroupNCCL.cpp:1422] [PG ID 0 PG GUID 0(default_pg) Rank 1] Heartbeat "
+        "monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=2",
+    ),
+    ("cuda_kernel_error", "crash", "fatal", "RuntimeError: CUDA error: unspecified launch failure"),
+    ("cuda_error", "crash", "fatal", "RuntimeError: CUDA error: an unknown error occurred on the device"),
+    ("cuda_driver_oom", "oom", "fatal", "RuntimeError: CUDA driver error: out of memory"),
+    (
+        "shell_killed",
+        "oom",
+        "fatal",
+        "bash: line 1: 4242 Killed                  python3 -m sglang.launch_server --model-path /models/Kimi-K3",
+    ),
 ]
 
 NEAR_MISSES = [
@@ -268,6 +320,21 @@ def test_traceback_excerpt_carries_context_and_redacts_secrets(tmp_path: Path) -
     assert "hf_abcdefSECRET" not in f.excerpt and REDACTED in f.excerpt, f.excerpt
 
 
+def test_sglang_0_5_23_startup_markers_count_as_healthy(tmp_path: Path) -> None:
+    log = tmp_path / "r0.log"
+    log.write_text(
+        "[2026-12-01 10:00:00 TP0] Init parallel begin.\n"
+        "[2026-12-01 10:00:09 TP0] Init parallel ends. elapsed=8.91 s\n"
+        "[2026-12-01 10:01:00 TP0] Load weight end. elapsed=51.2 s, type=KimiK3ForConditionalGeneration\n"
+        "[2026-12-01 10:01:05 TP0] Memory pool end. avail mem=12.43 GB\n"
+        "[2026-12-01 10:02:00] The server is fired up and ready to roll!\n"
+    )
+    oracle = LogOracle("sglang")
+    oracle.add(log, "601", 0)
+    oracle.scan()
+    assert oracle.missing_markers() == {}, oracle.missing_markers()
+
+
 def test_oracle_marks_window_findings_and_checks_healthy_markers(tmp_path: Path) -> None:
     r0, r1 = tmp_path / "r0.log", tmp_path / "r1.log"
     r0.write_text("Init torch distributed begin.\nInit torch distributed ends.\nLoad weight end.\n")
@@ -278,7 +345,7 @@ def test_oracle_marks_window_findings_and_checks_healthy_markers(tmp_path: Path)
     before = oracle.mark()
     assert oracle.missing_markers() == {
         "601/rank0": ["Memory pool end.", "The server is fired up and ready to roll!"],
-        "602/rank1": ["Init torch distributed ends.", "Load weight end.", "Memory pool end."],
+        "602/rank1": ["Init parallel ends.|Init torch distributed ends.", "Load weight end.", "Memory pool end."],
     }, oracle.missing_markers()
     with r1.open("a") as fh:
         fh.write("[TP9] KV cache pool is full. Retract requests.\n")

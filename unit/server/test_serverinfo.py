@@ -93,6 +93,34 @@ def test_dp_attention_divides_the_chunk_as_sglang_does() -> None:
     ]
 
 
+ATTN_DP_0_5_23 = "sglang_0.5.23_resolved_tp32_ep4_attn_dp4_flashinfer_mxfp4_chunk8192.json"
+"""``resolved_dict()`` of the real sglang 0.5.23 for our ``--attn-dp-size 4`` command (contracts/sglang_resolve.py)."""
+
+
+def test_sglang_0_5_23_attention_dp_report_matches_the_multi_node_dp_spec() -> None:
+    info = recorded(ATTN_DP_0_5_23)
+    assert (info["version"], info["dp_size"], info["attn_dp_size"], info["chunked_prefill_size"]) == (
+        "0.5.23",
+        1,
+        4,
+        2048,
+    )
+    assert verify_server_info(spec(dp=4), info) == [], "dp_size 1, attn_dp_size 4, chunk 8192 // 4 is what 0.5.23 runs"
+    assert expected_server_info(spec(dp=4))["attn_dp_size"] == 4
+
+
+def test_sglang_0_5_23_attention_dp_mismatches_are_named() -> None:
+    info = recorded(ATTN_DP_0_5_23) | {"chunked_prefill_size": 8192}
+    assert verify_server_info(spec(dp=4), info) == [
+        "chunked_prefill_size: spec 8192, server reports 8192 (expected 2048 = 8192 // attn_dp_size 4 "
+        "with DP attention)"
+    ]
+    info = recorded(ATTN_DP_0_5_23) | {"attn_dp_size": 2, "chunked_prefill_size": 4096}
+    assert verify_server_info(spec(dp=4), info) == ["attn_dp_size: spec 4, server reports 2"]
+    # a server running attention DP where none was asked for
+    assert "attn_dp_size: spec 1, server reports 4" in verify_server_info(spec(chunk=2048), recorded(ATTN_DP_0_5_23))
+
+
 def test_legacy_server_without_moe_runner_backend_cannot_be_confirmed() -> None:
     info = recorded("sglang_get_server_info_legacy_v0.4.9.json")
     assert verify_server_info(spec(), info) == [

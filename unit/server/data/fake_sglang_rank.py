@@ -31,6 +31,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--dp-size", type=int, default=1)
     p.add_argument("--pp-size", type=int, default=1)
     p.add_argument("--enable-dp-attention", action="store_true")
+    p.add_argument("--attn-dp-size", type=int, default=1)
     p.add_argument("--moe-runner-backend", default="auto")
     p.add_argument("--chunked-prefill-size", type=int, default=None)
     p.add_argument("--disable-radix-cache", action="store_true")
@@ -77,11 +78,14 @@ def main() -> int:
         "tp_size": a.tp_size,
         "ep_size": a.ep_size,
         "dp_size": a.dp_size,
+        "attn_dp_size": a.attn_dp_size,  # as sglang 0.5.23 reports it
         "pp_size": a.pp_size,
-        "enable_dp_attention": a.enable_dp_attention,
+        "enable_dp_attention": a.enable_dp_attention or a.attn_dp_size > 1,
         "moe_runner_backend": os.environ.get("FAKE_SGLANG_FORCE_BACKEND", a.moe_runner_backend),
         "chunked_prefill_size": (
-            a.chunked_prefill_size // a.dp_size
+            a.chunked_prefill_size // a.attn_dp_size
+            if a.attn_dp_size > 1 and a.chunked_prefill_size
+            else a.chunked_prefill_size // a.dp_size
             if a.enable_dp_attention and a.chunked_prefill_size
             else a.chunked_prefill_size
         ),
