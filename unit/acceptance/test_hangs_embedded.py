@@ -100,6 +100,7 @@ def test_a_sigstopped_server_is_a_hang_within_60_s_and_is_torn_down(
         r"\[timeout\] server parallel-chunk512 hung during parallel-chunk512-c8-r1: .*stalled", row["reasons"][0]
     )
     mtime = (pytester.path / "reports" / "stop" / "points" / "parallel-chunk512-c8-r1" / "result.json").stat().st_mtime
+    print(f"SIGSTOP: hang verdict written {mtime - frozen['t']:.1f} s after the freeze")
     assert mtime - frozen["t"] < BOUND_S, f"verdict {mtime - frozen['t']:.1f} s after the freeze"
     res.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: not run: server hung at parallel-chunk512-c8-r1"])
     assert "Timeout" not in out or "pytest-timeout" not in out, "the stall verdict must come before pytest-timeout"
@@ -161,6 +162,7 @@ def test_a_target_that_never_answers_or_drips_is_a_hang_within_60_s(
         t0 = time.time()
         res = _run(pytester, "tgt", "--target-url", url, "--sskj-model", "m")
         took = time.time() - t0
+    print(f"{handler.__name__}: whole run {took:.1f} s")
     row = _row(pytester, "tgt", "parallel-chunk512-c8-r1")
     assert row["category"] == "hang", row
     assert "stalled" in row["reasons"][0], row["reasons"]
