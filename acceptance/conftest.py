@@ -16,3 +16,13 @@ from pytest_sskj.acceptance.plugin import SiteDefaults
 def sskj_site() -> SiteDefaults:
     """Allure feature and story of this site's serving acceptance (the epic is ``<model> <platform>``)."""
     return SiteDefaults(feature="MoE backend", story="prefill throughput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's fixtures (``sskj_point``, ...) come from the pytest-sskj plugin: say so when it is off."""
+    if not (config.pluginmanager.has_plugin("sskj") or config.pluginmanager.has_plugin("pytest_sskj.plugin")):
+        raise pytest.UsageError(
+            "the acceptance suite needs the pytest-sskj plugin, which is disabled (-p no:sskj)\n"
+            "  accepted: pytest acceptance/ with the plugin enabled (installed: pip install -e .)\n"
+            "  Hint: drop -p no:sskj; to run only the self-tests without it, use pytest unit/"
+        )

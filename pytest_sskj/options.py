@@ -14,12 +14,14 @@ import pytest
 
 from pytest_sskj.engines import DEFAULT_ENGINE, ENGINE_NAMES
 
-__all__ = ["OPTIONS", "Option", "register_options"]
+__all__ = ["OPTIONS", "Option", "check_raw_args", "register_options"]
 
 Kind = Literal[
     "str",
     "int",
     "int0",
+    "port",
+    "port1",
     "float",
     "bool",
     "size",
@@ -75,7 +77,8 @@ OPTIONS: tuple[Option, ...] = (
         "nodes",
         ("--nodes",),
         "nodes",
-        "Nodes to launch on, rank 0 first: 601-604, 601,603, gpu601-gpu604, host names or @inventory.toml",
+        "Nodes to launch on, rank 0 first: 601-604, 601,603, gpu601-gpu604, host names or inventory:FILE.toml "
+        "(a TOML file with nodes = [...]; on the command line pytest itself reads @FILE as an argument file)",
         metavar="LIST",
     ),
     Option(
@@ -306,11 +309,11 @@ OPTIONS: tuple[Option, ...] = (
         metavar="RUN_ID",
     ),
     # --- server process -------------------------------------------------------------------------
-    Option("port", ("--sskj-port",), "int0", "HTTP port of the server (0: pick a free one; sglang default 30000)"),
+    Option("port", ("--sskj-port",), "port", "HTTP port of the server (0: pick a free one; sglang default 30000)"),
     Option(
         "dist_init_port",
         ("--sskj-dist-init-port",),
-        "int",
+        "port1",
         "Port of --dist-init-addr on node 0 (default 5000)",
         default=5000,
     ),
@@ -319,6 +322,14 @@ OPTIONS: tuple[Option, ...] = (
         ("--sskj-health-timeout",),
         "float",
         "Seconds to wait for rank 0 to become healthy (default: embedded 60, sglang/vllm 1800)",
+    ),
+    Option(
+        "stall_timeout_s",
+        ("--sskj-stall-timeout",),
+        "float",
+        "Seconds without a token while a request is open (first token included) after which the server counts "
+        "as hung: the point fails as 'hang' and its server is torn down; a request's deadline is this plus 2 s "
+        "per further output token (default: embedded 30, sglang/vllm 600)",
     ),
     Option(
         "server_args",
@@ -347,7 +358,7 @@ OPTIONS: tuple[Option, ...] = (
         "Python that has sglang-router installed, for a deployment's router (default: --sskj-python, else this one)",
     ),
     Option("ssh_user", ("--sskj-ssh-user",), "str", "SSH user for --launcher ssh"),
-    Option("ssh_port", ("--sskj-ssh-port",), "int", "SSH port for --launcher ssh (default 22)", default=22),
+    Option("ssh_port", ("--sskj-ssh-port",), "port1", "SSH port for --launcher ssh (default 22)", default=22),
     Option("ssh_identity", ("--sskj-ssh-identity",), "path", "SSH identity file for --launcher ssh"),
     Option(
         "ssh_options",
@@ -460,3 +471,23 @@ def register_options(parser: pytest.Parser) -> None:
             parser.addini(opt.ini, help=opt.help, type="linelist", default=None)
         else:
             parser.addini(opt.ini, help=opt.help, type="string", default=None)
+
+
+def check_raw_args(args: list[str]) -> None:
+    """Refuse command-line spellings that pytest's own parser mangles before pytest-sskj sees them.
+
+    ``--nodes @FILE``: pytest expands ``@FILE`` as an argument file (each line becomes an argument), so the
+    inventory form is spelled ``--nodes inventory:FILE`` on the command line.
+    """
+    for i, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith("--nodes=") else None
+        if arg == "--nodes" and i + 1 < len(args):
+            value = args[i + 1]
+        if value is not None and value.startswith("@"):
+            raise pytest.UsageError(
+                f"--nodes {value}: pytest reads @FILE on its command line as a file of arguments, so the node "
+                "inventory never reaches pytest-sskj\n"
+                "  accepted: --nodes inventory:FILE.toml (a TOML file with nodes = [...]), or @FILE.toml in "
+                "SSKJ_NODES / the ini key sskj_nodes\n"
+                f"  Hint: --nodes inventory:{value[1:]}"
+            )

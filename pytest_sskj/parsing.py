@@ -17,6 +17,7 @@ __all__ = [
     "parse_int",
     "parse_int_list",
     "parse_name_list",
+    "parse_port",
     "parse_positive_float",
     "parse_size",
     "parse_size_list",
@@ -33,6 +34,8 @@ def parse_size(text: str, *, minimum: int = 1) -> int:
     16384
     """
     m = _SIZE_RE.match(str(text))
+    if not m and str(text).strip().startswith("-"):
+        raise ValueError(f"{text!r} is negative; sizes are token counts of at least {minimum}")
     if not m:
         raise ValueError(f"{text!r} is not a size; accepted: an integer with an optional K or M suffix (4096, 8K, 16k)")
     value = int(m.group(1)) * _SUFFIX[m.group(2).lower()]
@@ -49,6 +52,14 @@ def parse_int(text: str, *, minimum: int = 1) -> int:
         raise ValueError(f"{text!r} is not an integer") from None
     if value < minimum:
         raise ValueError(f"{value} must be at least {minimum}")
+    return value
+
+
+def parse_port(text: str, *, minimum: int = 0) -> int:
+    """Parse a TCP port: ``minimum`` (0: pick a free one, where allowed) to 65535."""
+    value = parse_int(text, minimum=minimum)
+    if value > 65535:
+        raise ValueError(f"{value} is above 65535, the highest TCP port")
     return value
 
 
@@ -74,9 +85,12 @@ def parse_bool(text: str) -> bool:
 
 
 def _split(text: str | Sequence[str]) -> list[str]:
-    items = text.split(",") if isinstance(text, str) else [str(t) for t in text]
-    out = [t.strip() for t in items if str(t).strip()]
-    return out
+    if isinstance(text, str):
+        items = [t.strip() for t in text.split(",")]
+        if len(items) > 1 and "" in items:  # 601,,602 or 601, : a typo, never silently dropped
+            raise ValueError(f"{text!r} has an empty item between commas; write the list without it")
+        return [t for t in items if t]
+    return [str(t).strip() for t in text if str(t).strip()]
 
 
 def parse_size_list(text: str | Sequence[str]) -> tuple[int, ...]:
@@ -122,6 +136,7 @@ def parse_name_list(text: str | Sequence[str], *, twice_ok: bool = False) -> tup
     return tuple(items)
 
 
+INVENTORY_PREFIX = "inventory:"
 _RANGE_RE = re.compile(r"^([A-Za-z._-]*?)(\d+)-([A-Za-z._-]*?)(\d+)$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
 
@@ -158,7 +173,9 @@ def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: P
     """Expand a node list into host names; node 0 of the result is rank 0.
 
     Accepted forms (comma separated, mixed freely): ``601-604``, ``601,603``, ``gpu601-gpu604``,
-    plain host names, and ``@inventory.toml`` (a TOML file with ``nodes = ["601", ...]``).
+    plain host names, and ``inventory:FILE.toml`` or ``@FILE.toml`` (a TOML file with
+    ``nodes = ["601", ...]``; on pytest's command line only ``inventory:`` works, since pytest reads
+    ``@FILE`` as its own argument file).
     Bare numbers are passed through ``template`` (``"{}"`` keeps them as they are; ``"gpu{}"``
     turns ``601`` into ``gpu601``); names that carry letters are used verbatim.
 
@@ -171,11 +188,11 @@ def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: P
         raise ValueError(f"node template {template!r} must contain '{{}}' where the node number goes")
     items = _split(text)
     if not items:
-        raise ValueError("the node list is empty; give e.g. 601-604, 601,603, gpu601-gpu604 or @inventory.toml")
+        raise ValueError("the node list is empty; give e.g. 601-604, 601,603, gpu601-gpu604 or inventory:FILE")
     hosts: list[str] = []
     for item in items:
-        if item.startswith("@"):
-            path = Path(item[1:])
+        if item.startswith(("@", INVENTORY_PREFIX)):
+            path = Path(item[1:] if item.startswith("@") else item[len(INVENTORY_PREFIX) :])
             if base_dir is not None and not path.is_absolute():
                 path = base_dir / path
             hosts.extend(_load_inventory(path))
@@ -200,7 +217,8 @@ def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: P
             continue
         if not _HOST_RE.match(item):
             raise ValueError(
-                f"{item!r} is neither a node number, a range (601-604, gpu601-gpu604), a host name nor @file.toml"
+                f"{item!r} is neither a node number, a range (601-604, gpu601-gpu604), a host name nor "
+                "inventory:FILE.toml"
             )
         hosts.append(item)
     seen: set[str] = set()

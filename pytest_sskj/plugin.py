@@ -32,6 +32,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     register_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    from pytest_sskj.options import check_raw_args
+
+    check_raw_args(args)
+
+
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from pytest_sskj import hookspecs
     from pytest_sskj.rewrite import unmark_plugin_package
@@ -100,10 +107,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None or settings.dry_run or _is_worker(config):
         return
+    from pytest_sskj import interrupts
+
+    interrupts.install(config)  # SIGTERM unwinds like Ctrl-C: an interrupted, not a vanished, run
     from pytest_sskj.report.manifest import RunManifest, ensure_reports_root
+    from pytest_sskj.report.scrub import settings_secrets
 
     ensure_reports_root(settings.reports_dir)
-    config.stash[MANIFEST_KEY] = RunManifest.start(settings.run_dir, settings.run_id, settings.as_dict())
+    config.stash[MANIFEST_KEY] = RunManifest.start(
+        settings.run_dir, settings.run_id, settings.as_dict(), settings_secrets(settings)
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -112,23 +125,41 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     if settings is None or not settings.dry_run or _is_worker(session.config):
         return None
     from pytest_sskj.plan import plan_lines
+    from pytest_sskj.report.scrub import scrub_text, settings_secrets
 
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    secrets = settings_secrets(settings)
     for line in plan_lines(session.config, settings, session.items):
         if tr is not None:
-            tr.write_line(line)
+            tr.write_line(scrub_text(line, secrets))
     return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Complete the manifest before pytest's final line, so that the summary written next shows it."""
+    finish_manifest(config, int(exitstatus))
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
     yield
-    manifest = session.config.stash.get(MANIFEST_KEY, None)
+    from pytest_sskj import interrupts
+
+    interrupts.restore(session.config)
+    finish_manifest(session.config, int(session.exitstatus))
+
+
+def finish_manifest(config: pytest.Config, exitstatus: int) -> None:
+    """``manifest.finish`` with the outcome counts and the interrupting signal (idempotent)."""
+    manifest = config.stash.get(MANIFEST_KEY, None)
     if manifest is None:
         return
-    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    from pytest_sskj import interrupts
+
+    tr = config.pluginmanager.get_plugin("terminalreporter")
     counts: dict[str, int] = {}
     if tr is not None:
         for key in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
             counts[key] = len([r for r in tr.stats.get(key, []) if getattr(r, "when", "call") in ("call", "setup")])
-    manifest.finish(exitstatus=int(exitstatus), counts=counts)
+    manifest.finish(exitstatus=exitstatus, counts=counts, signal=interrupts.received(config))

@@ -26,8 +26,9 @@ from pytest_sskj.deploy.topology import Topology, topology_from_table
 from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, find_profile, load_profile
-from pytest_sskj.report.redact import REDACTED, redact_url
+from pytest_sskj.report.redact import REDACTED, redact_argv, redact_url
 from pytest_sskj.slo import SloGate, parse_slo
+from pytest_sskj.validate import check_ini_keys, check_settings
 
 __all__ = ["Settings", "new_run_id", "resolve_settings"]
 
@@ -76,6 +77,7 @@ class Settings:
     port: int
     dist_init_port: int
     health_timeout_s: float
+    stall_timeout_s: float
     server_args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     python: str | None
@@ -143,6 +145,7 @@ class Settings:
         d["slo"] = [str(g) for g in self.slo]
         d["agreement_min"] = [str(g) for g in self.agreement_min]
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
+        d["server_args"] = redact_argv(self.server_args)  # --api-key V and --api-key=V
         d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate
         d["sources"] = dict(self.sources)
         d["layouts"] = [lay.as_dict() for lay in self.layouts]
@@ -171,6 +174,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "str": lambda v: str(v).strip() or None,
     "int": lambda v: parsing.parse_int(v, minimum=1),
     "int0": lambda v: parsing.parse_int(v, minimum=0),
+    "port": lambda v: parsing.parse_port(v, minimum=0),
+    "port1": lambda v: parsing.parse_port(v, minimum=1),
     "float": lambda v: float(v) if str(v).strip().lower() in ("inf", "+inf") else _nonneg_float(v),
     "bool": parsing.parse_bool,
     "size": parsing.parse_size,
@@ -199,6 +204,8 @@ def _accepted(opt: Option) -> str:
     return {
         "int": "a whole number >= 1",
         "int0": "a whole number >= 0",
+        "port": "a TCP port 1-65535, or 0 to pick a free one",
+        "port1": "a TCP port 1-65535",
         "float": "a number >= 0 (or inf)",
         "bool": "1/0, true/false",
         "size": "a token count with optional K suffix: 1, 512, 16K",
@@ -207,7 +214,7 @@ def _accepted(opt: Option) -> str:
         "int_list": "a comma list of whole numbers >= 1: 8,16",
         "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
         "backend_list": "a comma list of names, baseline first: marlin,flashinfer_mxfp4 (a name twice: A/A control)",
-        "nodes": "601-604, 601,603, gpu601-gpu604, host names, @inventory.toml",
+        "nodes": "601-604, 601,603, gpu601-gpu604, host names, inventory:FILE.toml",
         "choice": ", ".join(opt.choices),
         "slo": "gates METRIC OP NUMBER like p95_ttft_ms<3000,p95_tpot_ms<50 (OP < <= > >=), or none",
         "agreement": "gates like first_token_agreement_frac>=0.95,identical_seq_frac>=1, a bare fraction, or none",
@@ -237,6 +244,8 @@ class _Resolver:
         self.environ = environ
         self.profile: Profile | None = None
         self.sources: dict[str, str] = {}
+        self.node_template = "{}"
+        """Resolved before ``nodes`` (which it expands), through the same precedence chain."""
 
     def raw(self, opt: Option) -> tuple[Any, str] | None:
         cli = self.config.getoption(f"sskj_{opt.dest}", None)
@@ -267,13 +276,7 @@ class _Resolver:
                 return _parse_env_pairs(items) if opt.dest == "env" else tuple(str(v) for v in items)
             if opt.kind == "nodes":
                 base = self.profile.origin("nodes").parent if source == "profile" and self.profile else Path.cwd()
-                template = (
-                    self.config.getoption("sskj_node_template", None)
-                    or self.environ.get("SSKJ_NODE_TEMPLATE")
-                    or (self.profile.values.get("node_template") if self.profile else None)
-                    or "{}"
-                )
-                return parsing.expand_nodes(value, template=str(template), base_dir=base)
+                return parsing.expand_nodes(value, template=self.node_template, base_dir=base)
             return _PARSERS[opt.kind](value)
         except ValueError as exc:
             raise _usage(opt, where, str(exc), _hint(opt)) from None
@@ -297,7 +300,7 @@ class _Resolver:
 
 def _hint(opt: Option) -> str | None:
     return {
-        "nodes": "ranges run low-high: --nodes 601-604",
+        "nodes": "e.g. --nodes 601-604 (ranges run low-high), --nodes 601,603, or --nodes inventory:FILE.toml",
         "chunks": "chunk sizes are tokens per prefill step: --chunk 4K,8K,16K",
         "concurrencies": "concurrencies are client-side in-flight requests: --concurrency 8,16",
         "engine": "--engine sglang for SGLang, --engine embedded for the CPU engine",
@@ -337,6 +340,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     engine = r.get(by_dest["engine"], {}) or DEFAULT_ENGINE
     info = get_engine(engine)
     values: dict[str, Any] = {"engine": engine}
+    check_ini_keys(config, {o.ini for o in OPTIONS})
+    values["node_template"] = r.node_template = str(r.get(by_dest["node_template"], info.defaults) or "{}")
     for opt in OPTIONS:
         if opt.dest in values:
             continue
@@ -354,6 +359,8 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         Path(values["reports_dir"]) if Path(values["reports_dir"]).is_absolute() else (base / values["reports_dir"])
     )
     values["health_timeout_s"] = values["health_timeout_s"] or 60.0
+    if values["stall_timeout_s"] is None:
+        values["stall_timeout_s"] = 600.0
     if values["port"] is None:
         values["port"] = 0
     if values["launcher"] is None:
@@ -363,6 +370,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
     _dimensions(values, r, by_dest)
     settings = Settings(sources=dict(r.sources), **values)
     _check_combination(settings, by_dest)
+    check_settings(settings)
     return settings
 
 
@@ -462,36 +470,32 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
     info = get_engine(s.engine)
     unknown = [b for b in s.backends if b not in info.backends]
     if unknown:
-        raise _usage(
-            opts["backends"],
-            _where(s.sources.get("backends", "cli"), opts["backends"], None),
-            f"backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}",
-            f"engine {s.engine} accepts: {', '.join(info.backends)} (applied as {info.backend_switch.describe()}); "
-            "or pick another --engine",
+        where = _where(s.sources.get("backends", "cli"), opts["backends"], None)
+        raise pytest.UsageError(
+            f"{where}: backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}\n"
+            f"  accepted: {', '.join(info.backends)} (the backends of engine {s.engine}, applied as "
+            f"{info.backend_switch.describe()})\n"
+            f"  Hint: --backend {','.join(info.backends[:2])}, or pick another --engine"
         )
     _check_layouts(s)
     if s.endpoint not in info.endpoints:
-        raise _usage(
-            opts["endpoint"],
-            _where(s.sources.get("endpoint", "cli"), opts["endpoint"], None),
-            f"endpoint {s.endpoint!r} is not served by engine {s.engine!r}",
-            f"engine {s.engine} serves: {', '.join(info.endpoints)}; or pick another --engine",
+        where = _where(s.sources.get("endpoint", "cli"), opts["endpoint"], None)
+        raise pytest.UsageError(
+            f"{where}: endpoint {s.endpoint!r} is not served by engine {s.engine!r}\n"
+            f"  accepted: {', '.join(info.endpoints)} (the endpoints of engine {s.engine})\n"
+            f"  Hint: engine {s.engine} serves: {', '.join(info.endpoints)}; --sskj-endpoint {info.endpoints[0]}, "
+            "or pick another --engine"
         )
     _engine_checks(s, info)
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
     if s.target_url is not None:
-        if not s.target_url.startswith(("http://", "https://")):
-            raise _usage(
-                opts["target_url"],
-                "--target-url",
-                f"{s.target_url!r} is not an http(s) URL",
-                "e.g. --target-url http://601:30000",
-            )
-        if s.sources.get("nodes") == "cli":
+        if s.sources.get("nodes") in ("cli", "env", "ini"):
+            nodes_where = _where(s.sources["nodes"], opts["nodes"], None)
             raise pytest.UsageError(
-                "--target-url benchmarks a server that is already running; --nodes would launch "
-                "one\n  Hint: give one of them"
+                f"--target-url benchmarks a server that is already running; --nodes (from {nodes_where}) "
+                "would launch one\n  accepted: one of them\n  Hint: drop --target-url, or unset the nodes "
+                "(unset SSKJ_NODES / remove sskj_nodes from the ini)"
             )
     if s.expect_best_chunk is not None and s.expect_best_chunk not in s.chunks:
         raise pytest.UsageError(

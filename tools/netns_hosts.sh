@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # netns_hosts.sh: test "cluster nodes" made of Linux network namespaces, each running a real OpenSSH sshd.
 #
-#   tools/netns_hosts.sh up N DIR     create N hosts sskjnode601.. (names 601..), start sshd in each, write a client
-#                                     key, known_hosts and an ssh_config under DIR, print the ssh_config on stdout
-#   tools/netns_hosts.sh down [DIR]   stop every process in those namespaces, delete namespaces, veths and the
-#                                     bridge; remove DIR when given
-#   tools/netns_hosts.sh status       list the namespaces, their addresses and sshd pids
+#   tools/netns_hosts.sh up N DIR     create N hosts sskjnode<FIRST>.. (names FIRST..FIRST+N-1), start sshd in
+#                                     each, write a client key, known_hosts and an ssh_config under DIR, print the
+#                                     ssh_config on stdout
+#   tools/netns_hosts.sh down DIR     stop every process in the namespaces made by `up ... DIR`, delete those
+#                                     namespaces, their veths and their bridge, and remove DIR
+#   tools/netns_hosts.sh status [DIR] list the namespaces (of DIR's instance, or of every instance) and sshd pids
 #
-# Both `up` and `down` are idempotent: `up` twice gives the same hosts (sshd restarted only when not running),
-# `down` on nothing succeeds.  Needs root, iproute2 (`ip`) and openssh-server (`/usr/sbin/sshd`), `ssh-keygen`.
-# Network: bridge sskjbr0 = ${NET}.1/24 in the root namespace; host k (name FIRST+k-1) = ${NET}.(100+k) on a veth
-# pair (sskjv<name> on the bridge, eth0 inside).  Only addresses inside this private /24 are used.
+# One *instance* = one DIR and one SSKJ_NETNS_FIRST.  Everything an instance makes is named after FIRST (its
+# bridge sskjbr<FIRST>, its /24, its host names) and recorded in DIR/instance, so several instances live side by
+# side (two CI runs at once with different SSKJ_NETNS_FIRST) and `down` removes only its own.  `up` never
+# touches a namespace whose sshd belongs to another DIR (it stops, saying so); an empty leftover namespace is
+# reused.  Both `up` and `down` are idempotent.  No lock files are left: callers that serialize keep their
+# locks inside DIR, which `down` removes.
+# Needs root, iproute2 (`ip`) and openssh-server (`/usr/sbin/sshd`), `ssh-keygen`.
+# Network: bridge sskjbr<FIRST> = ${NET}.1/24 in the root namespace, NET = 10.213.((FIRST + 190) % 250)
+# (FIRST 601 -> 10.213.41); host k (name FIRST+k-1) = ${NET}.(100+k) on a veth pair (sskjv<name> on the bridge,
+# eth0 inside).  Only addresses inside this private /24 are used.
 #
-# Environment: SSKJ_NETNS_FIRST (default 601), SSKJ_NETNS_NET (default 10.213.41), SSKJ_NETNS_BRIDGE (sskjbr0).
+# Environment: SSKJ_NETNS_FIRST (default 601), SSKJ_NETNS_NET, SSKJ_NETNS_BRIDGE override the derived values.
 # Use from ssh:   ssh -F DIR/ssh_config 601 hostname
 # Use from pytest: --launcher ssh --nodes 601-604 --sskj-ssh-config DIR/ssh_config
 set -euo pipefail
 
 FIRST=${SSKJ_NETNS_FIRST:-601}
-NET=${SSKJ_NETNS_NET:-10.213.41}
-BR=${SSKJ_NETNS_BRIDGE:-sskjbr0}
+[[ "$FIRST" =~ ^[1-9][0-9]{0,5}$ ]] || { echo "netns_hosts.sh: SSKJ_NETNS_FIRST=$FIRST is not a number 1-999999" >&2; exit 1; }
+NET=${SSKJ_NETNS_NET:-10.213.$(((FIRST + 190) % 250))}
+BR=${SSKJ_NETNS_BRIDGE:-sskjbr$FIRST}
 PREFIX=sskjnode
 SSHD=${SSKJ_SSHD:-/usr/sbin/sshd}
 
@@ -43,12 +51,32 @@ sshd_running() {  # $1 pidfile, $2 namespace
     ip netns pids "$2" 2>/dev/null | grep -qx "$pid"
 }
 
+ns_owner() {  # $1 namespace: the DIR of the sshd running in it ("" when none); foreign processes print "?"
+    local pid cfg
+    for pid in $(ip netns pids "$1" 2>/dev/null); do
+        # sshd retitles itself ("sshd: /usr/sbin/sshd -f CONFIG [listener] ..."): read -f CONFIG from either form
+        cfg=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -o -- '-f [^ ]*/hosts/[^ ]*/sshd_config' | head -n 1 || true)
+        cfg=${cfg#-f }
+        case "$cfg" in
+            */hosts/*/sshd_config) echo "${cfg%/hosts/*/sshd_config}"; return ;;
+        esac
+    done
+}
+
 host_up() {  # $1 index k (1-based), $2 DIR
     local k=$1 dir=$2
     local name=$((FIRST + k - 1))
     local ns=$PREFIX$name veth=sskjv$name addr=$NET.$((100 + k))
     local hd=$dir/hosts/$name pid
-    ns_exists "$ns" || ip netns add "$ns"
+    if ns_exists "$ns"; then
+        local owner
+        owner=$(ns_owner "$ns")
+        if [ -n "$owner" ] && [ "$owner" != "$dir" ]; then
+            die "namespace $ns (host $name) belongs to the instance in $owner; use another SSKJ_NETNS_FIRST, or run: $0 down $owner"
+        fi
+    else
+        ip netns add "$ns"
+    fi
     if ! ip link show "$veth" >/dev/null 2>&1; then
         ip link add "$veth" type veth peer name "sskjp$name"
         ip link set "sskjp$name" netns "$ns"
@@ -84,8 +112,8 @@ MaxSessions 64
 LogLevel INFO
 EOF
     if ! sshd_running "$hd/sshd.pid" "$ns"; then
-        # an sshd of an earlier `up` with another DIR holds port 22 here: the namespace is ours, clear it
-        for pid in $(ip netns pids "$ns"); do kill -TERM "$pid" 2>/dev/null || true; done
+        # our own sshd died (its pid file is stale): stop what is left of it in our namespace, then start anew
+        [ "$(ns_owner "$ns")" = "$dir" ] && for pid in $(ip netns pids "$ns"); do kill -TERM "$pid" 2>/dev/null || true; done
         for _ in $(seq 30); do [ -z "$(ip netns pids "$ns")" ] && break; sleep 0.1; done
         ip netns exec "$ns" "$SSHD" -f "$hd/sshd_config" -E "$hd/sshd.log"
         for _ in $(seq 50); do sshd_running "$hd/sshd.pid" "$ns" && break; sleep 0.1; done
@@ -118,9 +146,13 @@ cmd_up() {
     chmod 700 "$dir/client"
     [ -f "$dir/client/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C sskj-test-client -f "$dir/client/id_ed25519"
     cp "$dir/client/id_ed25519.pub" "$dir/client/authorized_keys"
+    local other
+    other=$(ip -o -4 addr show to "$NET.0/24" 2>/dev/null | awk '{print $2}' | grep -vx "$BR" | head -n 1 || true)
+    [ -z "$other" ] || die "$NET.0/24 is already used by $other (another instance?); pick another SSKJ_NETNS_FIRST or SSKJ_NETNS_NET"
     if ! ip link show "$BR" >/dev/null 2>&1; then
         ip link add "$BR" type bridge
     fi
+    printf 'FIRST=%s\nNET=%s\nBR=%s\n' "$FIRST" "$NET" "$BR" >"$dir/instance"
     ip addr replace "$NET.1/24" dev "$BR"
     ip link set "$BR" up
     : >"$dir/client/known_hosts.new"
@@ -147,32 +179,52 @@ EOF
 }
 
 cmd_down() {
-    local dir=${1:-} ns pid
+    local dir=${1:-} ns pid name owner
+    [ -n "$dir" ] || die "usage: $0 down DIR   (the DIR given to up: only that instance's hosts are removed)"
     [ "$(id -u)" = 0 ] || die "must run as root"
-    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX[0-9]*$" || true); do
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$pid" 2>/dev/null || true; done
-        for _ in $(seq 30); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
-        ip netns del "$ns"
+    if [ ! -d "$dir" ]; then log "down: $dir does not exist, nothing to do"; return 0; fi
+    dir=$(cd "$dir" && pwd)
+    if [ -f "$dir/instance" ]; then
+        BR=$(sed -n 's/^BR=//p' "$dir/instance")
+    fi
+    for name in $(ls "$dir/hosts" 2>/dev/null || true); do
+        ns=$PREFIX$name
+        if ns_exists "$ns"; then
+            owner=$(ns_owner "$ns")
+            if [ -n "$owner" ] && [ "$owner" != "$dir" ]; then
+                log "down: $ns belongs to $owner, left alone"
+                continue
+            fi
+            for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -TERM "$pid" 2>/dev/null || true; done
+            for _ in $(seq 30); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+            for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+            ip netns del "$ns"
+        fi
+        ip link del "sskjv$name" 2>/dev/null || true
     done
-    for v in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^sskjv[0-9]*$' || true); do
-        ip link del "$v" 2>/dev/null || true
-    done
-    if ip link show "$BR" >/dev/null 2>&1; then ip link del "$BR"; fi
-    if [ -n "$dir" ] && [ -d "$dir" ]; then rm -rf "$dir"; fi
-    log "down: no $PREFIX* namespaces, no $BR bridge"
+    if [ -n "$BR" ] && ip link show "$BR" >/dev/null 2>&1 && [ -z "$(ls "/sys/class/net/$BR/brif" 2>/dev/null)" ]; then
+        ip link del "$BR"
+    fi
+    rm -rf "$dir"
+    log "down: the hosts of $dir are gone (bridge $BR)"
 }
 
 cmd_status() {
-    local ns
-    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX[0-9]*$" || true); do
-        echo "$ns $(ip -n "$ns" -4 -o addr show dev eth0 2>/dev/null | awk '{print $4}') pids: $(ip netns pids "$ns" | tr '\n' ' ')"
+    local dir=${1:-} ns names
+    if [ -n "$dir" ]; then
+        names=$(ls "$dir/hosts" 2>/dev/null | sed "s/^/$PREFIX/" || true)
+    else
+        names=$(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$PREFIX[0-9]*$" || true)
+    fi
+    for ns in $names; do
+        ns_exists "$ns" || continue
+        echo "$ns $(ip -n "$ns" -4 -o addr show dev eth0 2>/dev/null | awk '{print $4}') owner: $(ns_owner "$ns") pids: $(ip netns pids "$ns" | tr '\n' ' ')"
     done
 }
 
 case "${1:-}" in
     up) shift; cmd_up "$@" ;;
     down) shift; cmd_down "$@" ;;
-    status) cmd_status ;;
-    *) die "usage: $0 up N DIR | down [DIR] | status" ;;
+    status) shift; cmd_status "$@" ;;
+    *) die "usage: $0 up N DIR | down DIR | status [DIR]" ;;
 esac

@@ -32,6 +32,7 @@ from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
 from pytest_sskj.acceptance.search import SearchResult, judge, search
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
+from pytest_sskj.acceptance.summary import summary_lines  # imported (and rewritten) early, not at session end
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import SETTINGS_KEY
@@ -495,7 +496,9 @@ def _param_rank(item: pytest.Item) -> int:
 
 
 def _budget_s(settings: Settings, item: pytest.Item) -> float:
-    per_point = get_engine(settings.engine).point_budget_s
+    """pytest-timeout's bound of one acceptance test: its server start plus its points, each point allowed
+    the engine's budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
+    per_point = max(get_engine(settings.engine).point_budget_s, settings.stall_timeout_s + 30.0)
     rank = _param_rank(item)
     points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):
@@ -516,9 +519,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _param_rank(it) < 0:
             continue
         if timeout_on and it.get_closest_marker("timeout") is None:
-            if cli_timeout is None:
-                ini = float(config.getini("timeout") or 0)
-                it.add_marker(pytest.mark.timeout(max(ini, _budget_s(settings, it)), method="signal"))
+            if cli_timeout is None:  # the point budget wins over an ini default such as timeout = 600
+                it.add_marker(pytest.mark.timeout(_budget_s(settings, it), method="signal"))
             else:
                 it.add_marker(pytest.mark.timeout(method="signal"))
         if xdist_on and _param_rank(it) == 0:
@@ -527,8 +529,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    from pytest_sskj.acceptance.summary import summary_lines
-
     if hasattr(config, "workerinput"):
         return
     settings = config.stash.get(SETTINGS_KEY, None)

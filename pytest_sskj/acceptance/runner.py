@@ -24,7 +24,14 @@ from pytest_sskj.acceptance import matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.engines import get_engine
-from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
+from pytest_sskj.errors import (
+    HealthTimeout,
+    LauncherError,
+    ServerConfigMismatch,
+    ServerCrashed,
+    ServerError,
+    ServerLaunchError,
+)
 from pytest_sskj.records import IDENTITY_FIELDS, new_row
 from pytest_sskj.report import categories as cat
 from pytest_sskj.server.spec import ServerSpec
@@ -69,7 +76,7 @@ class BrokenSpec:
 
     point_id: str
     what: str
-    """``crashed``, ``hung`` or ``failed to start``."""
+    """``crashed``, ``hung``, ``failed to start`` or ``launch failed``."""
 
 
 @dataclass
@@ -188,6 +195,12 @@ class PointRunner:
             token_ids=get_engine(s.engine).stream_token_ids and s.endpoint == "completions",
         )
 
+    def timeouts(self, point: Point) -> Any:
+        """The bench's hang bounds: ``--sskj-stall-timeout`` and a per-request deadline from the shape."""
+        from pytest_sskj.bench.client import BenchTimeouts
+
+        return BenchTimeouts.for_shape(self.settings.stall_timeout_s, self.settings.osl, point.concurrency)
+
     def base_row(self, point: Point, test_id: str, spec: ServerSpec) -> dict[str, Any]:
         s = self.settings
         shape = self.shape_of(point)
@@ -240,7 +253,11 @@ class PointRunner:
         outcome = PointOutcome(point, self.base_row(point, test_id, spec))
         broken = self.broken.get(spec.key())
         if broken is not None:
-            reason = f"not run: server {broken.what} at {broken.point_id}"
+            reason = (
+                f"not run: launch failed at {broken.point_id}"
+                if broken.what == "launch failed"
+                else f"not run: server {broken.what} at {broken.point_id}"
+            )
             outcome.row["reasons"] = [reason]
             outcome.message = reason
             return self._finish(outcome)
@@ -248,16 +265,31 @@ class PointRunner:
         t0 = time.perf_counter()
         try:
             self._measure(point, spec, pool, bench, outcome)
-        except BaseException as exc:  # pytest-timeout (signal method) or Ctrl-C in the middle of the point
+        except BaseException as exc:  # pytest-timeout (signal method), Ctrl-C or SIGTERM in the middle of the point
             outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
-            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "hung"
-            self._fail(
-                outcome,
-                "timeout",
-                f"{cat.TIMEOUT} server {spec.label} {what} during {point.id} after "
-                f"{outcome.row['wall_s']:.1f} s: {type(exc).__name__}: "
-                f"{_excerpt(str(exc), 300)}",
-            )
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                from pytest_sskj.interrupts import Terminated
+
+                how = (
+                    "SIGTERM"
+                    if isinstance(exc, Terminated)
+                    else "Ctrl-C (SIGINT)"
+                    if isinstance(exc, KeyboardInterrupt)
+                    else f"{type(exc).__name__}: {exc}"
+                )
+                self._fail(
+                    outcome,
+                    "interrupted",
+                    f"interrupted: {point.id} was stopped by {how} after {outcome.row['wall_s']:.1f} s",
+                )
+            else:
+                self._fail(
+                    outcome,
+                    "timeout",
+                    f"{cat.TIMEOUT} server {spec.label} hung during {point.id} after "
+                    f"{outcome.row['wall_s']:.1f} s: {type(exc).__name__}: "
+                    f"{_excerpt(str(exc), 300)}",
+                )
             self._finish(outcome)
             raise
         outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
@@ -317,6 +349,12 @@ class PointRunner:
                 outcome, "launch", f"{cat.TIMEOUT} server {spec.label} did not become healthy: {_excerpt(str(exc))}"
             )
             return
+        except LauncherError as exc:  # ssh unreachable, program missing: the same for every repeat
+            self._break(pool, spec, point, "launch failed")
+            self._fail(
+                outcome, "launch", f"{cat.CRASH} server {spec.label} could not be launched: {_excerpt(str(exc))}"
+            )
+            return
         except (ServerLaunchError, ServerConfigMismatch, ServerCrashed) as exc:
             self._break(pool, spec, point, "failed to start")
             self._fail(
@@ -354,6 +392,13 @@ class PointRunner:
                 shown = "; ".join(str(f) for f in failures[:5]) or "the bench reported not ok"
                 more = f" (+{len(failures) - 5} more)" if len(failures) > 5 else ""
                 row["reasons"].append(f"{head} requests passed the strict oracle: {shown}{more}")
+        stalled = getattr(result, "stalled", None) if result is not None else None
+        if crash is None and stalled:
+            crash = (
+                "hang",
+                f"{cat.TIMEOUT} server {spec.label} hung during {point.id}: {stalled}; the point was stopped "
+                f"(--sskj-stall-timeout {self.settings.stall_timeout_s:g} s)",
+            )
         if crash is None and result is not None:
             try:
                 server.check_alive()
@@ -368,7 +413,7 @@ class PointRunner:
                 + f"\n{_excerpt(str(getattr(f0, 'excerpt', '') or ''))}",
             )
         if crash is not None:
-            what = "hung" if crash[0] == "timeout" else "crashed"
+            what = "hung" if crash[0] in ("timeout", "hang") else "crashed"
             self._break(pool, spec, point, what)
             from pytest_sskj.report import allure as _al
 
@@ -422,12 +467,19 @@ class PointRunner:
                 self.progress(point, counts[0], counts[1])
 
         workload = self.workload(point)  # imported here, not in the thread
+        timeouts = self.timeouts(point)
 
         def work() -> None:
             box["client_priority"] = raise_client_priority()
             try:
                 box["result"] = bench(
-                    server.urls, workload, out_dir, repeat=point.repeat, label=point.id, progress=progress
+                    server.urls,
+                    workload,
+                    out_dir,
+                    repeat=point.repeat,
+                    label=point.id,
+                    progress=progress,
+                    timeouts=timeouts,
                 )
             except BaseException as exc:  # reported on the watching thread
                 box["error"] = exc

@@ -29,7 +29,7 @@ from pytest_sskj.bench.records import RequestRecord
 from pytest_sskj.bench.sse import DONE, SSEParser
 from pytest_sskj.bench.transport import LeanTransport
 
-__all__ = ["BenchClient", "BenchTimeouts", "ClientState"]
+__all__ = ["TOKEN_ALLOWANCE_S", "BenchClient", "BenchTimeouts", "ClientState"]
 
 _HEADERS = {
     "Content-Type": "application/json",
@@ -45,17 +45,39 @@ class ClientState(enum.Enum):
     CLOSED = 3
 
 
+TOKEN_ALLOWANCE_S = 2.0
+"""Seconds per output token a request's deadline allows (a TPOT far beyond any SLO: GPU 50 ms, CPU 2 s)."""
+
+
 @dataclass(frozen=True)
 class BenchTimeouts:
-    """Seconds allowed to connect, to write a request, and between two reads of a response.
+    """Seconds allowed to connect, to write a request, and between two reads of a response; and the
+    run's hang bounds.
 
     ``read_s`` bounds the silence between reads (a 16K-token prefill at high concurrency can take
-    minutes before the first byte), not the whole request.
+    minutes before the first byte), not the whole request.  ``stall_s``: no token on any request for
+    this long while a request is open (sent, not finished; the first token included) fails it as
+    *stalled*, whatever bytes arrive meanwhile (a 1 byte/s drip of keep-alives is no progress).
+    ``deadline_s``: a request open longer than this fails too.  Either one ends the phase: the server
+    is hung, so the open requests are aborted and the unsent ones are not sent
+    (see :mod:`pytest_sskj.bench.runner`).
     """
 
     connect_s: float = 30.0
     write_s: float = 120.0
     read_s: float = 1800.0
+    stall_s: float | None = None
+    deadline_s: float | None = None
+
+    @classmethod
+    def for_shape(
+        cls, stall_s: float, osl: int, concurrency: int = 1, *, per_token_s: float = TOKEN_ALLOWANCE_S
+    ) -> BenchTimeouts:
+        """Hang bounds derived from the shape: the stall timeout, and a per-request deadline of the stall
+        timeout plus ``per_token_s`` for every output token of the ``concurrency`` requests a one-slot
+        server may serve before this one finishes."""
+        deadline = stall_s + max(1, concurrency) * max(1, osl) * per_token_s
+        return cls(read_s=max(stall_s, 1.0) + 5.0, stall_s=stall_s, deadline_s=deadline)
 
     def to_httpx(self) -> httpx.Timeout:
         return httpx.Timeout(connect=self.connect_s, write=self.write_s, read=self.read_s, pool=None)

@@ -41,6 +41,8 @@ class BenchResult:
     client_evidence: dict[str, Any] = field(default_factory=dict)
     cache_flush: dict[str, str] = field(default_factory=dict)
     """Per URL: what ``/flush_cache`` did (``flushed``, ``unsupported (HTTP 404)``, ``skipped``, ...)."""
+    stalled: str | None = None
+    """Why the run stopped early because the server hung (a request stalled or passed its deadline)."""
 
     @property
     def failures(self) -> list[str]:

@@ -17,10 +17,10 @@ import asyncio
 import contextlib
 import gc
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from time import perf_counter
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_sskj.bench.client import BenchClient, BenchTimeouts
 from pytest_sskj.bench.endpoints import Endpoint, get_endpoint
@@ -35,6 +35,7 @@ from pytest_sskj.rundir import atomic_write_text
 __all__ = ["REQUESTS_FILE", "arun_bench", "run_bench", "run_repeats"]
 
 REQUESTS_FILE = "requests.jsonl"
+_T = TypeVar("_T")
 
 Progress = Callable[[int, int], None]
 Urls = str | Sequence[str]
@@ -60,6 +61,18 @@ async def _discover_model(client: BenchClient, url: str) -> str | None:
     return model if isinstance(model, str) else None
 
 
+async def _bounded(coro: Coroutine[Any, Any, _T], client: BenchClient, what: str, hung: list[str]) -> _T | None:
+    """Await a control request within the stall timeout; past it, record why the server counts as hung."""
+    stall = client.timeouts.stall_s
+    if stall is None:
+        return await coro
+    try:
+        return await asyncio.wait_for(coro, stall)
+    except asyncio.TimeoutError:
+        hung.append(f"{what} stalled: no answer in {stall:g} s (stall timeout)")
+        return None
+
+
 class _Point:
     """State of one repeat while it runs (kept off the module: one object per call)."""
 
@@ -82,6 +95,9 @@ class _Point:
         self.sink = sink
         self.label = label
         self.model = model
+        self.timeouts = client.timeouts
+        self.stalled: str | None = None
+        """Why the phase was stopped (a request stalled or passed its deadline), else ``None``."""
 
     def body(self, p: PlannedRequest) -> bytes:
         payload = self.endpoint.payload(p.prompt_ids, p.osl, model=self.model, ignore_eos=self.workload.ignore_eos)
@@ -112,8 +128,13 @@ class _Point:
         progress: Progress | None,
     ) -> list[RequestRecord]:
         """Send ``planned`` under the concurrency limit and arrival schedule; return records in plan order."""
-        bodies = [self.body(p) for p in planned]  # serialized before the clock starts
         records = [self.record(p) for p in planned]
+        if self.stalled is not None:  # the server already hangs: nothing is sent
+            for rec in records:
+                self._aborted(rec)
+                self.finish(rec)
+            return records
+        bodies = [self.body(p) for p in planned]  # serialized before the clock starts
         # A queue of slots, each holding the time it was freed: a waiting request knows exactly when it
         # could have gone, which is what dispatch lag is measured against.
         slots: asyncio.Queue[float] = asyncio.Queue()
@@ -127,29 +148,88 @@ class _Point:
             nonlocal done
             p, rec = planned[i], records[i]
             target = t0 + p.arrival_s
-            delay = target - perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            freed = await slots.get()
             try:
-                rec.t_scheduled = max(target, freed)
-                await self.client.stream_request(rec.url, self.endpoint, bodies[i], rec)
-                if monitor is not None and rec.t_send is not None:
-                    monitor.dispatched(rec.t_scheduled, rec.t_send)
-            finally:
-                slots.put_nowait(perf_counter())
+                delay = target - perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                freed = await slots.get()
+                try:
+                    rec.t_scheduled = max(target, freed)
+                    await self.client.stream_request(rec.url, self.endpoint, bodies[i], rec)
+                    if monitor is not None and rec.t_send is not None:
+                        monitor.dispatched(rec.t_scheduled, rec.t_send)
+                finally:
+                    slots.put_nowait(perf_counter())
+            except asyncio.CancelledError:
+                if self.stalled is None:
+                    raise  # cancelled from outside: not ours to record
+                self._aborted(rec)
             self.finish(rec)
             done += 1
             if progress is not None:
                 progress(done, total)
 
         tasks = [asyncio.create_task(one(i)) for i in range(total)]
+        watch = asyncio.create_task(self._watch(records, tasks)) if self._watching else None
         try:
             await asyncio.gather(*tasks)
         finally:
             for t in tasks:
                 t.cancel()
+            if watch is not None:
+                watch.cancel()
         return records
+
+    @property
+    def _watching(self) -> bool:
+        return self.timeouts.stall_s is not None or self.timeouts.deadline_s is not None
+
+    def _overdue(self, rec: RequestRecord, now: float, progress: float | None = None) -> str | None:
+        """Why an open request counts as hung at ``now``: neither it nor any other request of the phase got a
+        token for ``stall_s`` (``progress``: the phase's last token; queued requests of a busy server are not
+        stalled while others advance), or it has been open longer than ``deadline_s``."""
+        if rec.t_send is None or rec.t_end is not None:
+            return None
+        stall, deadline = self.timeouts.stall_s, self.timeouts.deadline_s
+        last = max(rec.chunk_times[-1] if rec.chunk_times else rec.t_send, progress or 0.0)
+        what = "first token" if rec.t_first is None else "next token"
+        if stall is not None and now - last > stall:
+            return (
+                f"stalled: no token from the server for {now - last:.2f} s while requests were open (this one: "
+                f"{what} pending, {rec.bytes_received} bytes so far; stall timeout {stall:g} s)"
+            )
+        if deadline is not None and now - rec.t_send > deadline:
+            return (
+                f"deadline: open for {now - rec.t_send:.2f} s with {sum(rec.chunk_tokens)} of {rec.osl} tokens "
+                f"(per-request deadline {deadline:g} s)"
+            )
+        return None
+
+    async def _watch(self, records: list[RequestRecord], tasks: list[asyncio.Task[None]]) -> None:
+        """Stop the phase once an open request is overdue: the server hangs, the rest would only wait."""
+        tick = min(0.25, (self.timeouts.stall_s or 1.0) / 4)
+        while self.stalled is None:
+            await asyncio.sleep(tick)
+            now = perf_counter()
+            progress = max((r.chunk_times[-1] for r in records if r.chunk_times), default=None)
+            for rec in records:
+                why = self._overdue(rec, now, progress)
+                if why is not None:
+                    self.stalled = f"request #{rec.index} {why}"
+                    break
+        for t in tasks:
+            t.cancel()
+
+    def _aborted(self, rec: RequestRecord) -> None:
+        """Record a request the hang watchdog stopped (open) or kept from being sent."""
+        now = perf_counter()
+        if rec.t_send is None:
+            rec.set_error(f"not sent: the phase stopped ({self.stalled})")
+            return
+        why = self._overdue(rec, now)  # its own stall or deadline, or aborted because the server hangs
+        if rec.t_end is None:
+            rec.t_end = now
+        rec.set_error(why or f"aborted: the server hangs ({self.stalled})")
 
 
 async def arun_bench(
@@ -179,13 +259,18 @@ async def arun_bench(
         if client is None:
             client = await stack.enter_async_context(BenchClient(workload.concurrency, timeouts=timeouts))
         model = workload.model
+        hung: list[str] = []
         if model is None and endpoint.name != "generate":
-            model = await _discover_model(client, url_list[0])
+            model = await _bounded(_discover_model(client, url_list[0]), client, "GET /v1/models", hung)
         flushes = {}
         for u in url_list:
-            flushes[u] = await client.flush_cache(u) if flush_cache else "skipped"
+            if flush_cache and not hung:
+                flushes[u] = await _bounded(client.flush_cache(u), client, "POST /flush_cache", hung) or "no answer"
+            else:
+                flushes[u] = "skipped"
         sink = stack.enter_context(RecordSink(out_dir / REQUESTS_FILE))
         point = _Point(client, endpoint, workload, url_list, repeat, sink, label or workload.label, model)
+        point.stalled = hung[0] if hung else None  # a server that does not answer a control request hangs
         warm = [p for p in plan if p.warmup]
         measured = [p for p in plan if not p.warmup]
         warm_records = await point.run_phase(warm, monitor=None, progress=None) if warm else []
@@ -232,6 +317,7 @@ async def arun_bench(
         client_bound=client_bound,
         client_evidence=evidence,
         cache_flush=flushes,
+        stalled=point.stalled,
     )
     _write_result(result)
     return result
@@ -252,6 +338,7 @@ def _write_result(result: BenchResult) -> None:
         "client_bound": result.client_bound,
         "client_evidence": result.client_evidence,
         "cache_flush": result.cache_flush,
+        "stalled": result.stalled,
     }
     doc["workload"]["avoid_ids"] = list(result.workload.avoid_ids)
     if doc["workload"]["request_rate"] == float("inf"):

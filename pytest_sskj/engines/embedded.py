@@ -15,8 +15,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 from pytest_sskj.engines.base import BackendSwitch, Engine, LogRules, VersionFacts, host_of, sig
 from pytest_sskj.server.embedded import MODEL_FORMATS, ensure_tiny_model, serve_argv
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
@@ -87,6 +85,7 @@ _DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "repeats": 3,
         "endpoint": "completions",
         "health_timeout_s": 60.0,
+        "stall_timeout_s": 30.0,  # = the CPU SLO's TTFT bound: a hang is told within 60 s
         "port": 0,
     }
 )
@@ -152,11 +151,24 @@ class EmbeddedEngine(Engine):
         return spec.with_(model_path=str(ensure_tiny_model(model_cache_dir, model_format=fmt)))
 
     def check_settings(self, settings: Settings) -> None:
+        from pytest_sskj.server.embedded import CTX_PER_SLOT
+        from pytest_sskj.validate import usage
+
         s = settings
-        if (s.tp, s.ep, s.pp) != (1, 1, 1):
-            raise pytest.UsageError(
-                "the embedded CPU engine has no tensor/expert/pipeline parallelism; "
-                "--tp/--ep/--pp must be 1\n  Hint: use --engine sglang or vllm for parallel sizes"
+        if (s.tp, s.ep, s.pp, s.dp) != (1, 1, 1, 1):
+            raise usage(
+                "the embedded CPU engine has no tensor/expert/pipeline parallelism (nor data parallelism), but "
+                f"TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp} was asked for",
+                "--tp 1 --ep 1 --dp 1 --pp 1 (the defaults)",
+                "use --engine sglang or vllm for parallel sizes; several embedded servers: --nodes with "
+                "--sskj-placement replicas",
+            )
+        if s.isl + s.osl > CTX_PER_SLOT:
+            raise usage(
+                f"--isl {s.isl} + --osl {s.osl} tokens do not fit the embedded engine's {CTX_PER_SLOT}-token "
+                "context per slot",
+                f"ISL + OSL <= {CTX_PER_SLOT}",
+                "e.g. --isl 512 --osl 16 (the default)",
             )
 
     def read_config(self, url: str) -> dict[str, Any] | None:

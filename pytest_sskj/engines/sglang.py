@@ -14,8 +14,6 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 from pytest_sskj.engines.base import BackendSwitch, CacheReset, Engine, LogRules, VersionFacts, host_of, sig
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
@@ -79,6 +77,7 @@ _DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "repeats": 3,
         "endpoint": "generate",
         "health_timeout_s": 1800.0,
+        "stall_timeout_s": 600.0,
         "port": DEFAULT_PORT,
     }
 )
@@ -342,24 +341,30 @@ def verify_server_info(spec: ServerSpec, info: Mapping[str, Any]) -> list[str]:
 
 
 def _check_world(s: Settings) -> None:
+    from pytest_sskj.validate import usage
+
     nnodes = max(1, len(s.nodes))
     world = s.tp * s.pp
     if world % nnodes:
         fits = ", ".join(str(n) for n in range(1, world + 1) if world % n == 0 and world // n <= s.gpus_per_node)
-        raise pytest.UsageError(
+        raise usage(
             f"--tp {s.tp} x --pp {s.pp} = {world} GPUs cannot be split evenly over {nnodes} node(s) "
-            f"({', '.join(s.nodes) or 'local'})\n  Hint: use a node count that divides {world}, e.g. --nodes "
-            f"with {fits} node(s)"
+            f"({', '.join(s.nodes) or 'local'})",
+            f"a node count that divides {world}",
+            f"use a node count that divides {world}, e.g. --nodes with {fits} node(s)",
         )
     if world // nnodes > s.gpus_per_node:
-        raise pytest.UsageError(
-            f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs "
-            f"per node, "
-            f"but nodes have {s.gpus_per_node}\n  Hint: add nodes, lower --tp, or set --sskj-gpus-per-node"
+        raise usage(
+            f"--tp {s.tp} x --pp {s.pp} = {world} GPUs over {nnodes} node(s) needs {world // nnodes} GPUs per node, "
+            f"but nodes have {s.gpus_per_node}",
+            f"TP x PP / nodes <= {s.gpus_per_node} (--sskj-gpus-per-node)",
+            "add nodes, lower --tp, or set --sskj-gpus-per-node",
         )
     if s.tp % s.ep:
-        raise pytest.UsageError(
-            f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)\n  Hint: e.g. --tp 32 --ep 4"
+        raise usage(
+            f"--ep {s.ep} must divide --tp {s.tp} (SGLang splits MoE TP as tp/ep)",
+            f"--ep a divisor of --tp {s.tp}",
+            "e.g. --tp 32 --ep 4",
         )
 
 

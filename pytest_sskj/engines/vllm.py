@@ -42,10 +42,13 @@ import sys
 from collections.abc import Mapping
 from importlib import metadata
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.engines.base import BackendSwitch, CacheReset, Engine, LogRules, VersionFacts, host_of, sig
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
+
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
 
 __all__ = [
     "CPU_DISTRIBUTION",
@@ -103,6 +106,7 @@ _DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "repeats": 3,
         "endpoint": "completions",
         "health_timeout_s": 1800.0,
+        "stall_timeout_s": 600.0,
         "port": DEFAULT_PORT,
     }
 )
@@ -313,6 +317,37 @@ class VllmEngine(Engine):
         "data_parallel_size",
         "device",
     )
+
+    def check_settings(self, settings: Settings) -> None:
+        """vLLM's expert parallelism is TP x DP (``--enable-expert-parallel``), multi-node data parallelism
+        spreads DP ranks evenly, and every node must hold its share of TP x PP x DP."""
+        from pytest_sskj.validate import usage
+
+        s = settings
+        if s.ep != 1 and s.ep != s.tp * s.dp:
+            raise usage(
+                f"vLLM's expert-parallel size is TP x DP = {s.tp * s.dp}; --ep {s.ep} cannot be set apart from them",
+                f"--ep 1 (no expert parallelism) or --ep {s.tp * s.dp} (--enable-expert-parallel)",
+                f"e.g. --tp {s.tp} --ep {s.tp * s.dp}",
+            )
+        nnodes = max(1, len(s.nodes))
+        ranks = s.placement == "ranks" and nnodes > 1
+        if ranks and s.dp % nnodes:
+            raise usage(
+                f"vLLM spreads data-parallel ranks evenly over nodes: --dp {s.dp} over {nnodes} nodes "
+                f"({', '.join(s.nodes)}) does not divide",
+                f"--dp a multiple of the node count ({nnodes}, {2 * nnodes}, ...)",
+                f"e.g. --dp {nnodes} --tp {max(1, s.tp // nnodes)}, or --sskj-placement replicas for independent "
+                "servers",
+            )
+        per_node = (s.dp // nnodes if ranks else s.dp) * s.tp * s.pp
+        if per_node > s.gpus_per_node:
+            raise usage(
+                f"vLLM with TP{s.tp} x PP{s.pp} x DP{s.dp} needs {per_node} GPUs per node, but nodes have "
+                f"{s.gpus_per_node}",
+                f"TP x PP x DP per node <= {s.gpus_per_node} (--sskj-gpus-per-node)",
+                "lower --tp, add nodes with --dp, or set --sskj-gpus-per-node",
+            )
 
     def node_commands(self, spec: ServerSpec) -> list[NodeCommand]:
         port = spec.port or DEFAULT_PORT

@@ -29,6 +29,8 @@ from pytest_sskj.rundir import atomic_write_text
 
 __all__ = ["RunManifest", "ensure_reports_root", "git_commit"]
 
+_INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED (not imported: this module has no pytest dependency)
+
 _GENERIC_PACKAGES = (
     "pytest",
     "pytest-xdist",
@@ -104,10 +106,15 @@ class RunManifest:
 
     path: Path
     data: dict[str, Any] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+    """Secret values of the session: no write of the file contains them."""
 
     @classmethod
-    def start(cls, run_dir: Path, run_id: str, settings: dict[str, Any]) -> RunManifest:
-        m = cls(path=run_dir / "manifest.json")
+    def start(cls, run_dir: Path, run_id: str, settings: dict[str, Any], secrets: tuple[str, ...] = ()) -> RunManifest:
+        """Write the manifest of a starting session; ``secrets`` (values) are redacted before the first write."""
+        from pytest_sskj.report.scrub import scrub
+
+        m = cls(path=run_dir / "manifest.json", secrets=secrets)
         if m.path.is_file():  # --resume: keep what the earlier session recorded
             try:
                 m.data = json.loads(m.path.read_text(encoding="utf-8"))
@@ -131,9 +138,10 @@ class RunManifest:
                     "machine": platform.machine(),
                     "cpus": os.cpu_count(),
                 },
-                "argv": [redact_text(a) for a in redact_argv(sys.argv)],
+                "argv": [redact_text(a, secrets) for a in redact_argv(_unwrap_server_args(sys.argv))],
             }
         )
+        m.data = scrub(m.data, secrets)
         m.write()
         return m
 
@@ -142,12 +150,16 @@ class RunManifest:
         self.data.update(facts)
         self.write()
 
-    def finish(self, *, exitstatus: int, counts: dict[str, int]) -> None:
+    def finish(self, *, exitstatus: int, counts: dict[str, int], signal: str | None = None) -> None:
+        """Complete the manifest: ``status`` is ``interrupted`` (with the ``signal``: SIGINT, SIGTERM) when
+        the session was stopped (exit status 2 or a signal), else ``finished``."""
+        interrupted = signal is not None or int(exitstatus) == _INTERRUPTED
         self.data.update(
             {
                 "end_time": time.time(),
                 "end_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "status": "finished",
+                "status": "interrupted" if interrupted else "finished",
+                "signal": signal,
                 "exitstatus": int(exitstatus),
                 "counts": counts,
             }
@@ -155,4 +167,15 @@ class RunManifest:
         self.write()
 
     def write(self) -> None:
-        atomic_write_text(self.path, json.dumps(self.data, indent=2, sort_keys=True, default=str) + "\n")
+        text = json.dumps(self.data, indent=2, sort_keys=True, default=str) + "\n"
+        atomic_write_text(self.path, redact_text(text, self.secrets) if self.secrets else text)
+
+
+def _unwrap_server_args(argv: list[str]) -> list[str]:
+    """``--sskj-server-arg=--api-key=V`` -> ``--sskj-server-arg=--api-key=***`` and the two-argument
+    ``--sskj-server-arg=--hf-token --sskj-server-arg=V`` -> the second one redacted: the server's own
+    argv is read out of the wrapper flags, redacted, and put back."""
+    prefix = "--sskj-server-arg="
+    inner = [a[len(prefix) :] for a in argv if a.startswith(prefix)]
+    clean = iter(redact_argv(inner))
+    return [prefix + next(clean) if a.startswith(prefix) else a for a in argv]

@@ -24,7 +24,7 @@ import pytest
 from pytest_sskj.report import allure as sskj_allure
 from pytest_sskj.report.outcomes import MARKERS_ATTR, OutcomeRecorder
 from pytest_sskj.report.results import ResultsWriter, read_results, read_verdicts
-from pytest_sskj.report.scrub import scrub, secret_values
+from pytest_sskj.report.scrub import scrub, settings_secrets
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
 
@@ -91,14 +91,13 @@ class Reporter:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
-        extra = [*settings.env]
-        if settings.ssh_identity is not None:
-            extra.append(("SSH_IDENTITY", str(settings.ssh_identity)))
-        self.secrets = secret_values(extra)
+        self.secrets = settings_secrets(settings)
         self.writer = ResultsWriter(settings.run_dir, secrets=self.secrets)
         markers = {str(line).split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
         markers |= {"skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings", "timeout"}
         self.outcomes = OutcomeRecorder(settings.run_dir, settings.run_id, frozenset(markers), self.secrets)
+        self.finished = False
+        """Whether the end-of-session reports were written (at the terminal summary, or at session finish)."""
 
     @property
     def alluredir(self) -> Path | None:
@@ -247,17 +246,28 @@ class Reporter:
             return
         self.outcomes.record(report)
 
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        """Write outcomes, ``summary.md`` and the plots before pytest's final line (the foundation completed
+        the manifest first, so the summary shows the final status), and say so on the terminal."""
+        if self.is_worker or not self.enabled or self.finished:
+            return
+        if (self.settings.run_dir / "results.csv").is_file():  # plots take seconds: say what is happening
+            terminalreporter.write_line(f"sskj: writing summary.md and plots to {self.settings.run_dir_display} ...")
+        self._finish(int(exitstatus))
+
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
-        """The outermost wrapper: its second half runs after the foundation completed the manifest, so
-        ``summary.md`` shows the final status and the ``report`` fact lands in the finished manifest."""
+        """The outermost wrapper: without a terminal summary (``-p no:terminal``) its second half writes the
+        reports after the foundation completed the manifest."""
         try:
             yield
         finally:
-            if not self.is_worker and self.enabled:
-                self._finish(int(exitstatus))
+            if not self.is_worker and self.enabled and not self.finished:
+                self._finish(int(session.exitstatus))
 
     def _finish(self, exitstatus: int) -> None:
+        self.finished = True
         self.outcomes.write(complete=True, exitstatus=exitstatus)
         facts = self._summary(plots=True) or {}
         self._write_allure_extras()  # again: GPU and engine facts arrive during the run

@@ -12,18 +12,47 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from pytest_sskj.report.redact import REDACTED, is_secret_name, redact_text
+from pytest_sskj.report.redact import REDACTED, is_secret_name, redact_text, secret_arg_values
 
-__all__ = ["scrub", "scrub_text", "secret_values"]
+__all__ = ["SecretSource", "scrub", "scrub_text", "secret_values", "settings_secrets"]
 
 
-def secret_values(extra: Iterable[tuple[str, str]] = (), environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """Values of secret-named variables in ``environ`` (default ``os.environ``) and in ``extra`` pairs."""
+class SecretSource(Protocol):
+    """What :func:`settings_secrets` reads (``pytest_sskj.settings.Settings`` has these fields)."""
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def server_args(self) -> tuple[str, ...]: ...
+
+    @property
+    def ssh_identity(self) -> os.PathLike[str] | None: ...
+
+
+def secret_values(
+    extra: Iterable[tuple[str, str]] = (),
+    environ: Mapping[str, str] | None = None,
+    argv: Iterable[str] = (),
+) -> tuple[str, ...]:
+    """Values of secret-named variables in ``environ`` (default ``os.environ``) and in ``extra`` pairs, and
+    the values of secret flags in ``argv`` (``--api-key=V``, ``--hf-token V``)."""
     env = os.environ if environ is None else environ
     pairs = [*env.items(), *extra]
-    return tuple(sorted({v for k, v in pairs if v and is_secret_name(k)}, key=len, reverse=True))
+    found = {v for k, v in pairs if v and is_secret_name(k)} | set(secret_arg_values(argv))
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def settings_secrets(settings: SecretSource) -> tuple[str, ...]:
+    """Every secret value of a session: secret-named ``--sskj-env`` values, secret server arguments (both
+    forms, from the command line, ``SSKJ_SERVER_ARGS``, the ini or the profile), the SSH identity path,
+    and this process's secret-named environment variables."""
+    extra = [*settings.env]
+    if settings.ssh_identity is not None:
+        extra.append(("SSH_IDENTITY", os.fspath(settings.ssh_identity)))
+    return secret_values(extra, argv=settings.server_args)
 
 
 _SSH_IDENTITY = (

@@ -320,6 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--alias", default=None, help="model name served by /v1/models")
     s.add_argument("--no-metrics", action="store_true", help="disable the Prometheus /metrics endpoint")
+    s.add_argument("--hf-token", default=None, help="Hugging Face token (llama.cpp's --hf-token, for model downloads)")
     m = sub.add_parser("make-model", help="write the tiny GGUF model")
     m.add_argument("path", type=Path)
     m.add_argument("--eos-bias", type=float, default=-1.0)
@@ -364,6 +365,11 @@ def _serve(a: argparse.Namespace) -> int:
     p.hostnames = [a.host]
     p.port = a.port
     p.endpoint_metrics = not a.no_metrics
+    if a.hf_token:
+        p.hf_token = a.hf_token
+    # like SGLang's ``server_args=ServerArgs(...)`` line: the log echoes every argument (so a copied log
+    # must go through the redactor)
+    sys.stdout.write(f"sskj-embedded: server args: {vars(a)}\n")
     try:
         server = xlc.Server(p)
     except RuntimeError as exc:

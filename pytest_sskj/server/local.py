@@ -84,7 +84,7 @@ class LocalLauncher:
         """Start ``cmd`` here in its own session; stdout and stderr go to ``log_path`` (appended)."""
         self._check_node(cmd.node)
         try:
-            proc = ManagedProcess(cmd.argv, log_path, env=self._env(cmd.env), cwd=self.cwd)
+            proc = ManagedProcess(cmd.argv, log_path, env=self._env(cmd.env), cwd=self.cwd, secrets=_secrets_of(cmd))
         except OSError as exc:
             raise LauncherError(
                 f"could not start {cmd.argv[0]!r} for node {cmd.node} rank {cmd.rank}: {exc}; "
@@ -127,3 +127,10 @@ class LocalLauncher:
         """Stop the reaper watchdog (processes themselves are stopped through their handles)."""
         if self.reaper is not None:
             self.reaper.close()
+
+
+def _secrets_of(cmd: NodeCommand) -> tuple[str, ...]:
+    """Secret values of a command (``--api-key V`` style arguments, secret-named environment values)."""
+    from pytest_sskj.report.redact import is_secret_name, secret_arg_values
+
+    return (*secret_arg_values(cmd.argv), *(v for k, v in cmd.env if is_secret_name(k) and v))

@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_sskj.engines import get_engine, node_commands
 from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
-from pytest_sskj.report.redact import is_secret_name, redact_text
+from pytest_sskj.report.redact import is_secret_name, redact_text, secret_arg_values
 from pytest_sskj.server.health import address_from_log, wait_healthy
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
@@ -394,7 +394,10 @@ class ServerPool:
     def _start_ranks(self, spec: ServerSpec, eff: ServerSpec) -> RunningServer:
         cmds = self._commands(eff)
         n = self.starts[spec.key()] = self.starts.get(spec.key(), 0) + 1
-        secrets = tuple(v for k, v in eff.env if is_secret_name(k) and v)
+        secrets = (
+            *(v for k, v in eff.env if is_secret_name(k) and v),
+            *secret_arg_values(a for c in cmds for a in c.argv),
+        )
         oracle = LogOracle(eff.engine, secrets=secrets)
         server = RunningServer(spec=spec, urls=[], commands=cmds, oracle=oracle)
         urls: list[str | Callable[[], str | None]] = []

@@ -1,7 +1,9 @@
 """Process hygiene for long-running local processes: spawn, observe and tear down whole process trees.
 
 :class:`ManagedProcess` starts a command in its own session (``start_new_session=True``) with stdout and
-stderr appended to one log file (never a pipe), remembers every PID of its tree that it has ever seen
+stderr appended to one log file (never a pipe; unless it has secret arguments or environment values, then
+a pump thread copies its output into the log through the redactor, since servers echo their arguments),
+remembers every PID of its tree that it has ever seen
 (children, grandchildren, and anything else in the session that outlived its parent), and tears the
 tree down as SIGTERM to the top process alone (a server that stops its own children in order -- vLLM's API
 server before its EngineCore -- exits cleanly; a group SIGTERM reaches all of them at once and vLLM's API
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -139,8 +142,10 @@ class ManagedProcess:
         *,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.argv = tuple(argv)
+        self.secrets = tuple(s for s in secrets if s)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._known: dict[int, float | None] = {}
@@ -152,16 +157,32 @@ class ManagedProcess:
             self.popen = subprocess.Popen(
                 list(self.argv),
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=subprocess.PIPE if self.secrets else log,
                 stderr=subprocess.STDOUT,
                 env=dict(env) if env is not None else None,
                 cwd=str(cwd) if cwd else None,
                 start_new_session=True,
                 close_fds=True,
             )
+        self.pump: threading.Thread | None = None
+        if self.secrets:
+            self.pump = threading.Thread(target=self._pump, name=f"sskj-log-{self.popen.pid}", daemon=True)
+            self.pump.start()
         self.pid = self.popen.pid
         self.started_at = time.perf_counter()
         self._remember([self.pid])
+
+    def _pump(self) -> None:
+        """Copy the child's output line by line into the log, secret values redacted, flushing every line."""
+        from pytest_sskj.report.redact import redact_text
+
+        assert self.popen.stdout is not None
+        with self.log_path.open("ab") as log:
+            for raw in iter(self.popen.stdout.readline, b""):
+                line = raw.decode("utf-8", errors="replace")
+                log.write(redact_text(line, self.secrets).encode("utf-8"))
+                log.flush()
+        self.popen.stdout.close()
 
     # -- observation ---------------------------------------------------------------------------------
     def _remember(self, pids: Sequence[int]) -> None:
@@ -233,6 +254,7 @@ class ManagedProcess:
             return False
         try:
             os.kill(self.pid, signal.SIGTERM)
+            os.kill(self.pid, signal.SIGCONT)  # a stopped (SIGSTOP, hung) leader acts on SIGTERM only then
         except (ProcessLookupError, PermissionError):
             return False
         while self.popen.poll() is None and time.perf_counter() < until:
@@ -251,14 +273,18 @@ class ManagedProcess:
             left = self.pids()
         if left:
             self._signal_all(signal.SIGTERM, left)
+            self._signal_all(signal.SIGCONT, left)  # a stopped (SIGSTOP, hung) process acts on SIGTERM only then
             left = self._wait_gone(deadline)
         if left:
             self._signal_all(signal.SIGKILL, left)
             left = self._wait_gone(time.perf_counter() + 5.0)
         try:
-            return self.popen.wait(timeout=5.0)
+            rc = self.popen.wait(timeout=5.0)
         except subprocess.TimeoutExpired:  # pragma: no cover - a process in uninterruptible sleep
             return self.popen.returncode
+        if self.pump is not None:
+            self.pump.join(5.0)
+        return rc
 
     def kill(self) -> int | None:
         """SIGKILL the whole tree at once (no grace period)."""

@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Sequence
 
 from pytest_sskj.errors import LauncherError
-from pytest_sskj.report.redact import redact_argv
+from pytest_sskj.report.redact import is_secret_flag, redact_argv
 from pytest_sskj.server.spec import NodeCommand
 
 __all__ = ["bootstrap_script", "pids_script", "resume_script", "state_script", "terminate_script"]
@@ -40,6 +40,70 @@ tree() {
 """
 
 
+# Secret *arguments* (``--api-key V``) must not show in ``ps`` on the node, where any user can read a command
+# line (``/proc/PID/cmdline``) but only the owner the environment.  The script exports each value as
+# ``SSKJ_SECRET_ARG_<i>`` and starts the Python program under this wrapper with placeholders in its argv;
+# the wrapper puts the values into ``sys.argv`` inside the process (and drops the variables) before it runs
+# the module (``python -m M``) or the Python console script (``vllm serve``) as ``__main__``.
+_SECRET_ENV = "SSKJ_SECRET_ARG_"  # noqa: S105 - a variable name prefix, not a password
+_WRAPPER = (
+    "import os,runpy,sys\n"
+    "t,k,a=sys.argv[1],sys.argv[2],sys.argv[3:]\n"
+    f"for n in [x for x in os.environ if x.startswith({_SECRET_ENV!r})]:\n"
+    " v=os.environ.pop(n);a=[y.replace('@@'+n+'@@',v) for y in a]\n"
+    "sys.argv=[t,*a]\n"
+    "runpy.run_module(t,run_name='__main__',alter_sys=True) if k=='m' else runpy.run_path(t,run_name='__main__')\n"
+)
+
+
+def _hide_secret_args(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """``argv`` with every secret value replaced by a placeholder, and the ``(env name, value)`` pairs."""
+    out: list[str] = []
+    pairs: list[tuple[str, str]] = []
+
+    def hide(value: str) -> str:
+        name = f"{_SECRET_ENV}{len(pairs)}"
+        pairs.append((name, value))
+        return f"@@{name}@@"
+
+    take_next = False
+    for arg in argv:
+        flag, sep, value = arg.partition("=")
+        if take_next and arg:
+            out.append(hide(arg))
+        elif sep and value and flag.startswith("-") and is_secret_flag(flag):
+            out.append(f"{flag}={hide(value)}")
+        else:
+            out.append(arg)
+        take_next = not take_next and not sep and is_secret_flag(arg)
+    return out, pairs
+
+
+def _launch_line(cmd: NodeCommand) -> list[str]:
+    """The script lines that start ``cmd`` under ``setsid``; secret arguments go through the environment."""
+    argv, pairs = _hide_secret_args(cmd.argv)
+    redirect = '</dev/null >>"$d/out.log" 2>&1 &'
+    if not pairs:
+        return [f"setsid {shlex.join(cmd.argv)} {redirect}"]
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in pairs]
+    wrapper = shlex.quote(_WRAPPER)
+    if len(argv) >= 3 and argv[1] == "-m":  # python -m module ...
+        return [
+            *lines,
+            f"setsid {shlex.quote(argv[0])} -c {wrapper} {shlex.join([argv[2], 'm', *argv[3:]])} {redirect}",
+        ]
+    exe = shlex.quote(argv[0])
+    tag = shlex.quote(f"[sskj] node={cmd.node} rank={cmd.rank}")
+    return [
+        *lines,
+        f"x=$(command -v {exe}) || {{ echo {tag}' cannot find '{exe} >&2; exit 127; }}",
+        "ip=$(head -n 1 \"$x\" | sed -n 's/^#! *//p')",
+        f"case \"$ip\" in *python*) ;; *) echo {tag}' '{exe}' is no Python program: a secret argument would show"
+        f" in ps on this node; pass it through the environment (--sskj-env) instead' >&2; exit 96;; esac",
+        f'setsid $ip -c {wrapper} "$x" p {shlex.join(argv[1:])} {redirect}',
+    ]
+
+
 def _tag(node: str, rank: int) -> str:
     return f"[sskj] node={node} rank={rank}"
 
@@ -47,7 +111,8 @@ def _tag(node: str, rank: int) -> str:
 def bootstrap_script(cmd: NodeCommand, state_dir: str, *, banner_argv: Sequence[str] | None = None) -> str:
     """Start ``cmd`` in its own session on the node and stream its log; exit with its exit status.
 
-    Environment values are ``export``-ed inside the script (never on a command line).  Output: a
+    Environment values are ``export``-ed inside the script (never on a command line), and so are secret
+    arguments (``--api-key V``), which the program's Python wrapper substitutes into its own argv.  Output: a
     one-line banner with the PID and the (redacted) command, the log from its first byte, and a closing
     line with the exit status.  A lost connection does not stop the script: it still records ``rc``.
     """
@@ -69,7 +134,7 @@ def bootstrap_script(cmd: NodeCommand, state_dir: str, *, banner_argv: Sequence[
     shown = shlex.join(redact_argv(banner_argv if banner_argv is not None else cmd.argv))
     tag = _tag(cmd.node, cmd.rank)
     lines += [
-        f'setsid {shlex.join(cmd.argv)} </dev/null >>"$d/out.log" 2>&1 &',
+        *_launch_line(cmd),
         "pid=$!",
         'echo "$pid" > "$d/pid"',
         "trap '' HUP PIPE",  # a dropped connection must not stop this script from recording the exit status
@@ -114,7 +179,7 @@ def terminate_script(state_dir: str, timeout_s: float) -> str:
         + f"""
 d={shlex.quote(state_dir)}
 pid=$(cat "$d/pid" 2>/dev/null) || {{ echo "left:"; exit 0; }}
-t=$(tree "$pid"); [ -n "$t" ] && kill -TERM $t 2>/dev/null
+t=$(tree "$pid"); [ -n "$t" ] && kill -TERM $t 2>/dev/null && kill -CONT $t 2>/dev/null
 i=0; n={max(1, int(timeout_s * 10))}
 while [ -n "$(tree "$pid")" ] && [ $i -lt $n ]; do sleep 0.1; i=$((i + 1)); done
 t=$(tree "$pid"); [ -n "$t" ] && kill -KILL $t 2>/dev/null

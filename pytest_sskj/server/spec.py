@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pytest_sskj.report.redact import redact_env_items
+from pytest_sskj.report.redact import redact_argv, redact_env_items
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -102,7 +102,8 @@ class NodeCommand:
         """The command as one shell line, environment first; secret values redacted unless ``redact=False``."""
         env = redact_env_items(self.env) if redact else self.env
         parts = [f"{k}={shlex.quote(v)}" for k, v in env]
-        return " ".join([*parts, *(shlex.quote(a) for a in self.argv)])
+        argv = redact_argv(self.argv) if redact else self.argv  # --api-key V, --hf-token=V
+        return " ".join([*parts, *(shlex.quote(a) for a in argv)])
 
 
 def spec_from_settings(

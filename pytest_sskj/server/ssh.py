@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_sskj.errors import LauncherError
-from pytest_sskj.report.redact import is_secret_name, redact_argv, redact_text
+from pytest_sskj.report.redact import is_secret_name, redact_argv, redact_text, secret_arg_values
 from pytest_sskj.server.launcher import CommandResult
 from pytest_sskj.server.process import communicate_or_kill
 from pytest_sskj.server.remote_sh import (
@@ -412,7 +412,11 @@ class SshLauncher:
     def _spawn(self, cmd: NodeCommand, log_path: Path) -> SshProcess:
         self._count += 1  # a restarted rank never shares a state directory with its predecessor
         state = f"{self.remote_root}/{self.token}/{_safe(cmd.node)}-rank{cmd.rank}-{self._count}"
-        secret_values = (*self.secrets, *(v for k, v in cmd.env if is_secret_name(k) and v))
+        secret_values = (
+            *self.secrets,
+            *(v for k, v in cmd.env if is_secret_name(k) and v),
+            *secret_arg_values(cmd.argv),
+        )
         log_path.parent.mkdir(parents=True, exist_ok=True)
         proc = self._popen_shell(cmd.node)
         handle = SshProcess(self, cmd, log_path, state, proc, secret_values)

@@ -16,8 +16,12 @@ def _settings(pytester: pytest.Pytester, *args: str) -> Settings:
 
 
 def test_users_matrix_has_36_points_with_readable_ids(pytester: pytest.Pytester) -> None:
+    # bare node numbers need an ssh_config mapping (or a node template) before an ssh run is accepted
+    (pytester.path / "ssh_config").write_text("Host 601 602 603 604\n  HostName 127.0.0.1\n")
     s = _settings(
         pytester,
+        "--sskj-ssh-config",
+        "ssh_config",
         "--engine",
         "sglang",
         "--nodes",

@@ -298,7 +298,11 @@ def test_bootstrap_script_exports_env_on_stdin_and_records_pid_in_own_session() 
     script = bootstrap_script(cmd, "/tmp/sskj-x/602-rank1")
     assert "export HF_TOKEN='hf_it'\"'\"'s $secret'" in script, "values are shell-quoted, never expanded"
     assert "export NCCL_DEBUG=WARN" in script
-    assert "setsid python3 -m sglang.launch_server --api-key=abc123456 </dev/null" in script
+    # a secret argument is exported too, and substituted into argv by the rank's wrapper (never on its command line)
+    assert "export SSKJ_SECRET_ARG_0=abc123456" in script
+    setsid = next(line for line in script.splitlines() if "sglang.launch_server" in line)
+    assert "abc123456" not in setsid and "--api-key=@@SSKJ_SECRET_ARG_0@@ </dev/null" in setsid
+    assert "setsid python3 -c " in script
     assert 'echo "$pid" > "$d/pid"' in script and 'echo "$rc" > "$d/rc"' in script
     banner = next(line for line in script.splitlines() if "started on" in line)
     assert "abc123456" not in banner and "hf_it" not in banner, "the banner (it goes to the log) is redacted"

@@ -35,8 +35,14 @@ from pytest_sskj.server.ssh import SshLauncher, SshOptions, SshProcess, rank_log
 REPO = Path(__file__).resolve().parents[2]
 NETNS_TOOL = REPO / "tools" / "netns_hosts.sh"
 FAKE_RANK = Path(__file__).with_name("data") / "fake_sglang_rank.py"
-HOSTS_DIR = Path(os.environ.get("SSKJ_NETNS_DIR", "/tmp/sskj-netns-hosts"))
-NODES = ("601", "602", "603", "604")
+# one instance of test hosts per SSKJ_NETNS_FIRST (two CI runs at once use different ones); its locks live
+# inside its DIR, which the last user's `down` removes
+FIRST = int(os.environ.get("SSKJ_NETNS_FIRST", "601"))
+HOSTS_DIR = Path(os.environ.get("SSKJ_NETNS_DIR", f"/tmp/sskj-netns-hosts-{FIRST}"))
+NODES = tuple(str(FIRST + k) for k in range(4))
+N0, N1, N2, N3 = NODES
+NET = os.environ.get("SSKJ_NETNS_NET", f"10.213.{(FIRST + 190) % 250}")  # tools/netns_hosts.sh's address plan
+BAD = str(FIRST + 98)  # a node name no namespace has
 SECRET = "hf_sskjTestSecret_5f1c0a9e7d"
 NETNS_PREFIX = "sskjnode"
 
@@ -90,8 +96,8 @@ def hosts() -> Iterator[Hosts]:
     reason = _skip_reason()
     if reason is not None:
         pytest.fail(f"SSKJ_REQUIRE_NETNS=1 but the network-namespace hosts cannot be made: {reason}")
-    HOSTS_DIR.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(HOSTS_DIR) + ".lock"):
+    HOSTS_DIR.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(HOSTS_DIR / ".up.lock")):
         up = subprocess.run(
             ["bash", str(NETNS_TOOL), "up", str(len(NODES)), str(HOSTS_DIR)],
             capture_output=True,
@@ -103,7 +109,7 @@ def hosts() -> Iterator[Hosts]:
         users.mkdir(exist_ok=True)
         (users / str(os.getpid())).touch()
     yield Hosts(HOSTS_DIR / "ssh_config")
-    with FileLock(str(HOSTS_DIR) + ".lock"):
+    with FileLock(str(HOSTS_DIR / ".up.lock")):
         (users / str(os.getpid())).unlink(missing_ok=True)
         alive = [p for p in users.iterdir() if p.name.isdigit() and Path(f"/proc/{p.name}").exists()]
         if not alive:  # the last user (xdist workers share the hosts) takes them down
@@ -115,7 +121,7 @@ def one_test_at_a_time(hosts: Hosts) -> Iterator[None]:
     """xdist workers share the hosts; every test checks whole hosts for leftovers, so tests take turns."""
     from filelock import FileLock
 
-    with FileLock(str(HOSTS_DIR) + ".use.lock", timeout=600):
+    with FileLock(str(HOSTS_DIR / ".use.lock"), timeout=600):
         yield
 
 
@@ -177,7 +183,7 @@ def test_ranks_run_on_their_own_hosts_with_per_node_logs_and_rank0_health(
     handles, urls, oracle = _launch(launcher, spec, tmp_path)
     print(f"4-node launch to rank-0 health: {time.perf_counter() - t0:.2f} s")
     try:
-        assert urls == ["http://10.213.41.101:30000"], f"only rank 0 serves HTTP, at 601's address; got {urls}"
+        assert urls == [f"http://{NET}.101:30000"], f"only rank 0 serves HTTP, at {N0}'s address; got {urls}"
         for h, node in zip(handles, NODES, strict=True):
             assert h.remote_pid in hosts.ns_pids(node), (
                 f"rank {h.rank} (pid {h.remote_pid}) should run inside host {node}'s namespace"
@@ -216,7 +222,7 @@ def test_secrets_in_env_never_reach_argv_process_listings_or_logs(
             ps = launcher.run(node, ["ps", "-eo", "pid,args"])
             assert ps.returncode == 0, ps.stderr
             assert SECRET not in ps.stdout, f"the secret is visible in {node}'s process listing"
-        env = launcher.run("601", ["cat", f"/proc/{handles[0].remote_pid}/environ"])
+        env = launcher.run(N0, ["cat", f"/proc/{handles[0].remote_pid}/environ"])
         assert SECRET in env.stdout and "SSKJ_PLAIN=visible" in env.stdout, (
             "the rank itself must receive the environment (HF_TOKEN, SSKJ_PLAIN)"
         )
@@ -247,13 +253,13 @@ def test_killed_rank_is_detected_within_10s_as_crash_with_log_excerpt(
         assert child in tree
         mark = oracle.mark()
         t0 = time.perf_counter()
-        kill = launcher.run("603", ["kill", "-9", str(child)])  # what the OOM killer does to a GPU worker
+        kill = launcher.run(N2, ["kill", "-9", str(child)])  # what the OOM killer does to a GPU worker
         assert kill.returncode == 0, kill.stderr
         crash = []
         rc = None
         while time.perf_counter() - t0 < 10.0 and not (crash and rc is not None):
             time.sleep(0.1)
-            crash = [f for f in oracle.findings_since(mark) if f.category == "crash" and f.node == "603"]
+            crash = [f for f in oracle.findings_since(mark) if f.category == "crash" and f.node == N2]
             rc = victim.poll()
         detected_s = time.perf_counter() - t0
         print(f"rank kill -> crash finding + exit code: {detected_s:.2f} s")
@@ -267,7 +273,7 @@ def test_killed_rank_is_detected_within_10s_as_crash_with_log_excerpt(
         assert others == [None, None, None], f"the other ranks keep running: {others}"
         # the whole rank process (not a child) killed outright: poll() reports the signal
         t1 = time.perf_counter()
-        launcher.run("602", ["kill", "-9", str(handles[1].remote_pid)])
+        launcher.run(N1, ["kill", "-9", str(handles[1].remote_pid)])
         while handles[1].poll() is None and time.perf_counter() - t1 < 10.0:
             time.sleep(0.1)
         assert handles[1].poll() == -9, f"602 rank killed by SIGKILL should poll -9, got {handles[1].poll()}"
@@ -324,7 +330,7 @@ def test_replicas_of_the_embedded_engine_serve_on_every_node(
     handles = launcher.start_many([(c, rank_log_path(tmp_path, c)) for c in cmds])
     try:
         urls = launcher.urls(cmds)
-        assert urls == [f"http://10.213.41.10{i}:18080" for i in range(1, 5)], urls
+        assert urls == [f"http://{NET}.10{i}:18080" for i in range(1, 5)], urls
         wait_healthy("embedded", handles, urls, timeout_s=90.0, label="embedded replicas")
         for url in urls:
             r = httpx.post(
@@ -338,27 +344,27 @@ def test_replicas_of_the_embedded_engine_serve_on_every_node(
 
 
 def test_unreachable_node_fails_fast_naming_node_and_fix(hosts: Hosts, tmp_path: Path) -> None:
-    # 10.213.41.199 is inside the test /24 but no namespace has it: the connection times out
+    # NET.199 is inside the test /24 but no namespace has it: the connection times out
     cfg = tmp_path / "ssh_config"
-    cfg.write_text(hosts.config.read_text() + "Host 699\n    HostName 10.213.41.199\n    User root\n")
+    cfg.write_text(hosts.config.read_text() + f"Host {BAD}\n    HostName {NET}.199\n    User root\n")
     launcher = SshLauncher(ssh=SshOptions(config_file=cfg, connect_timeout_s=2))
-    good = NodeCommand("601", 0, ("sleep", "600"))
-    bad = NodeCommand("699", 1, ("sleep", "600"))
+    good = NodeCommand(N0, 0, ("sleep", "600"))
+    bad = NodeCommand(BAD, 1, ("sleep", "600"))
     t0 = time.perf_counter()
     with pytest.raises(LauncherError) as exc:
-        launcher.start_many([(good, tmp_path / "601.log"), (bad, tmp_path / "699.log")])
+        launcher.start_many([(good, tmp_path / f"{N0}.log"), (bad, tmp_path / f"{BAD}.log")])
     elapsed = time.perf_counter() - t0
     msg = str(exc.value)
     assert elapsed < 10, f"an unreachable node should fail within the 2 s connect timeout (+ teardown), took {elapsed}"
-    assert "node 699" in msg and "--sskj-ssh-config" in msg and "exit status 255" in msg, msg
-    assert "10.213.41.199" in msg, f"ssh's own error should be quoted: {msg}"
+    assert f"node {BAD}" in msg and "--sskj-ssh-config" in msg and "exit status 255" in msg, msg
+    assert f"{NET}.199" in msg, f"ssh's own error should be quoted: {msg}"
     assert launcher.started and launcher.started[0].terminated, "the rank that did start must be stopped again"
     launcher.close()
-    assert hosts.wait_empty("601") == set()
+    assert hosts.wait_empty(N0) == set()
 
 
 def test_server_info_mismatch_is_reported_end_to_end(launcher: SshLauncher, hosts: Hosts, tmp_path: Path) -> None:
-    spec = _sglang_spec(nodes=("601",), tp=8, env=(("FAKE_SGLANG_FORCE_BACKEND", "marlin"),))
+    spec = _sglang_spec(nodes=(N0,), tp=8, env=(("FAKE_SGLANG_FORCE_BACKEND", "marlin"),))
     handles, urls, _ = _launch(launcher, spec, tmp_path)
     try:
         info = fetch_server_info(urls[0])
@@ -379,16 +385,16 @@ def test_lost_connection_resumes_the_log_stream_without_gaps_and_keeps_the_exit_
     launcher: SshLauncher, hosts: Hosts, tmp_path: Path
 ) -> None:
     code = "import time\nfor i in range(3000):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.02)"
-    cmd = NodeCommand("604", 0, (sys.executable, "-c", code))
-    (h,) = launcher.start_many([(cmd, tmp_path / "logs" / "604" / "rank0.log")])
+    cmd = NodeCommand(N3, 0, (sys.executable, "-c", code))
+    (h,) = launcher.start_many([(cmd, tmp_path / "logs" / N3 / "rank0.log")])
     _wait_for(lambda: "tick 20\n" in h.log_path.read_text(), 15, "the first ticks")
     os.killpg(h._proc.pid, signal.SIGKILL)  # the client end of the connection dies; the rank must not
     _wait_for(lambda: h._proc.poll() is not None, 5, "the local ssh to exit")
     assert h.poll() is None, "the rank still runs on 604: poll() must say so"
     assert h.resumes == 1
-    assert h.remote_pid in hosts.ns_pids("604")
+    assert h.remote_pid in hosts.ns_pids(N3)
     _wait_for(lambda: "tick 150\n" in h.log_path.read_text(), 20, "ticks after the reconnect")
-    launcher.run("604", ["kill", "-TERM", str(h.remote_pid)])
+    launcher.run(N3, ["kill", "-TERM", str(h.remote_pid)])
     _wait_for(lambda: h.poll() is not None, 10, "the rank's exit")
     assert h.poll() == -signal.SIGTERM
     lines = h.log_path.read_text().splitlines()
@@ -396,7 +402,7 @@ def test_lost_connection_resumes_the_log_stream_without_gaps_and_keeps_the_exit_
     assert ticks == list(range(len(ticks))), "the resumed stream continues at the exact byte: no gap, no repeat"
     assert any("stream resumed at byte" in x for x in lines)
     h.terminate(5.0)
-    assert hosts.wait_empty("604") == set()
+    assert hosts.wait_empty(N3) == set()
 
 
 def test_server_pool_over_ssh_starts_verifies_detects_crash_and_closes_clean(hosts: Hosts, tmp_path: Path) -> None:
@@ -407,7 +413,7 @@ def test_server_pool_over_ssh_starts_verifies_detects_crash_and_closes_clean(hos
     from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed
     from pytest_sskj.server.pool import ServerPool
 
-    ips = tuple(f"10.213.41.10{i}" for i in range(1, 5))
+    ips = tuple(f"{NET}.10{i}" for i in range(1, 5))
     pool = ServerPool(
         log_dir=tmp_path / "logs",
         launcher=SshLauncher(ssh=SshOptions(config_file=hosts.config)),
@@ -419,7 +425,7 @@ def test_server_pool_over_ssh_starts_verifies_detects_crash_and_closes_clean(hos
         with pytest.raises(ServerConfigMismatch, match=r"moe_runner_backend: spec flashinfer_mxfp4, server reports"):
             pool.get(wrong)
         server = pool.get(_sglang_spec(nodes=ips))
-        assert server.urls == ["http://10.213.41.101:30000"]
+        assert server.urls == [f"http://{NET}.101:30000"]
         server.check_alive()
         assert [h.node for h in server.handles] == list(ips)
         mark = server.mark()
@@ -447,3 +453,74 @@ def test_server_pool_over_ssh_starts_verifies_detects_crash_and_closes_clean(hos
     assert report.clean, report.line()
     for node in NODES:
         assert hosts.wait_empty(node) == set(), f"processes left on host {node} after pool.close()"
+
+
+ARGV_ECHO = """
+import hashlib, sys, time
+print("argv", sys.argv[1:], "sha", hashlib.sha256(" ".join(sys.argv[1:]).encode()).hexdigest(), flush=True)
+time.sleep(60)
+"""
+ARG_SECRET = "sk-sskjTestArgSecret_9b2e41"
+
+
+def test_a_secret_server_argument_is_never_on_a_command_line_of_the_node(hosts: Hosts, tmp_path: Path) -> None:
+    """``ps`` on the node (world-readable ``/proc/PID/cmdline``) shows no secret argument, the rank still gets
+    it in its argv (the hash it prints matches), and the local log copy has it redacted."""
+    import hashlib
+
+    (tmp_path / "sskj_argv_echo_node.py").write_text(ARGV_ECHO)
+    args = ["--api-key", ARG_SECRET, f"--hf-token={ARG_SECRET}x", "--tp", "8"]
+    cmd = NodeCommand(N0, 0, (sys.executable, "-m", "sskj_argv_echo_node", *args), (("PYTHONPATH", str(tmp_path)),))
+    ssh = SshLauncher(ssh=SshOptions(config_file=hosts.config))
+    try:
+        (h,) = ssh.start_many([(cmd, tmp_path / "logs" / N0 / "rank0.log")])
+        _wait_for(lambda: h.log_path.is_file() and "sha" in h.log_path.read_text(), 20, "the rank's argv line")
+        cmdlines = {
+            pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            for pid in hosts.ns_pids(N0)
+            if Path(f"/proc/{pid}/cmdline").exists()
+        }
+        leaked = {pid: c for pid, c in cmdlines.items() if ARG_SECRET in c}
+        assert leaked == {}, f"secret argument visible in ps on {N0}: {leaked}"
+        log = h.log_path.read_text()
+        want = hashlib.sha256(" ".join(args).encode()).hexdigest()
+        assert f"sha {want}" in log, f"the rank did not receive its real argv: {log}"
+        assert ARG_SECRET not in log and REDACTED in log, log
+    finally:
+        ssh.stop_all([x for x in ssh.started if not x.terminated], 5.0)
+        ssh.close()
+    assert hosts.wait_empty(N0) == set()
+
+
+def _tool(*args: str, first: int, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SSKJ_NETNS_")}
+    env["SSKJ_NETNS_FIRST"] = str(first)
+    return subprocess.run(["bash", str(NETNS_TOOL), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_a_second_instance_of_test_hosts_leaves_this_one_alone(hosts: Hosts, tmp_path: Path) -> None:
+    """Another DIR with the same SSKJ_NETNS_FIRST is refused without killing our sshd; another FIRST lives
+    beside ours and its ``down`` removes only its own namespaces, veths, bridge and DIR."""
+    ours = {node: hosts.sshd_pid(node) for node in NODES}
+    clash = _tool("up", "1", str(tmp_path / "clash"), first=FIRST)
+    assert clash.returncode != 0 and "belongs to the instance in" in clash.stderr, clash.stderr
+    other_first = FIRST + 50
+    other = tmp_path / "other"
+    try:
+        up = _tool("up", "2", str(other), first=other_first)
+        assert up.returncode == 0, up.stderr
+        probe = subprocess.run(
+            ["ssh", "-F", str(other / "ssh_config"), str(other_first), "hostname"], capture_output=True, timeout=30
+        )
+        assert probe.returncode == 0, probe.stderr
+    finally:
+        down = _tool("down", str(other), first=other_first)
+    assert down.returncode == 0, down.stderr
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    for k in range(2):
+        assert f"{NETNS_PREFIX}{other_first + k}" not in names and f"sskjv{other_first + k}" not in links
+    assert f"sskjbr{other_first}" not in links and not other.exists()
+    assert {node: hosts.sshd_pid(node) for node in NODES} == ours, "our sshds were restarted"
+    for node in NODES:
+        assert hosts.sshd_pid(node) in hosts.ns_pids(node), f"our sshd on {node} is gone"

@@ -1,0 +1,176 @@
+"""Checks of a resolved :class:`~pytest_sskj.settings.Settings` that need more than one value parser.
+
+Every failure is a ``pytest.UsageError`` raised at configure time (before anything is launched or
+written) that says what was wrong, what is accepted and a hint (:func:`usage`).  Engine-specific rules
+live in each engine's ``check_settings`` hook (:mod:`pytest_sskj.engines`); these are the generic ones.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
+
+__all__ = ["MAX_MODEL_TOKENS", "check_ini_keys", "check_settings", "unmapped_numeric_nodes", "usage"]
+
+MAX_MODEL_TOKENS = 10 * 1024 * 1024
+"""ISL + OSL above this exceeds the context of every model (the longest, Llama 4 Scout, has 10M)."""
+
+
+def usage(what: str, accepted: str, hint: str) -> pytest.UsageError:
+    return pytest.UsageError(f"{what}\n  accepted: {accepted}\n  Hint: {hint}")
+
+
+def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
+    """An ``sskj_*`` ini key (ini file or ``-o``) that is no pytest-sskj setting is a typo: refuse it."""
+    known_set = set(known)
+    keys = set(getattr(config, "_inicfg", None) or {})  # the ini file's keys (config.inicfg is deprecated)
+    for item in getattr(getattr(config, "option", None), "override_ini", None) or []:
+        keys.add(str(item).partition("=")[0].strip())
+    bad = sorted(k for k in keys if k.startswith("sskj_") and k not in known_set)
+    if bad:
+        import difflib
+
+        close = [m for k in bad for m in difflib.get_close_matches(k, known_set, n=1)]
+        raise usage(
+            f"unknown pytest-sskj ini key(s) {', '.join(bad)}",
+            "the sskj_* keys listed by `pytest --help` (e.g. sskj_nodes, sskj_backends, sskj_chunks)",
+            f"did you mean {', '.join(close)}?" if close else "see the options table in README.md",
+        )
+
+
+def check_settings(s: Settings) -> None:
+    """Every cross-setting and engine check; the first failure raises."""
+    _check_target_url(s)
+    _check_reports_dir(s)
+    _check_run_id(s)
+    if s.request_rate <= 0:
+        raise usage(
+            f"--sskj-request-rate {s.request_rate} sends no request at all",
+            "a rate > 0 in requests/s, or inf",
+            "--sskj-request-rate inf sends everything at once, bounded by --concurrency",
+        )
+    if s.stall_timeout_s <= 0:
+        raise usage(
+            f"--sskj-stall-timeout {s.stall_timeout_s:g} would call every request hung",
+            "seconds > 0 (default: embedded 30, sglang/vllm 600)",
+            "a 16K-token prefill at high concurrency needs minutes on a GPU server: --sskj-stall-timeout 600",
+        )
+    if s.isl + s.osl > MAX_MODEL_TOKENS:
+        raise usage(
+            f"--isl {s.isl} + --osl {s.osl} tokens exceeds the context of every model ({MAX_MODEL_TOKENS} tokens)",
+            f"ISL + OSL <= {MAX_MODEL_TOKENS}",
+            "sizes take a K suffix: --isl 16K",
+        )
+    if s.launcher == "ssh" and s.launches:
+        _check_numeric_nodes(s)
+    if not s.dry_run:  # last: nothing is created when an earlier check fails
+        _create_reports_dir(s)
+
+
+def _check_target_url(s: Settings) -> None:
+    if s.target_url is None:
+        return
+    url = s.target_url
+    accepted = "http(s)://HOST[:PORT] with a host name or address and a port 1-65535"
+    hint = "e.g. --target-url http://601:30000"
+    if any(c.isspace() for c in url):
+        raise usage(f"--target-url {url!r} contains white space", accepted, hint)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise usage(f"--target-url {url!r} is not an http(s) URL that names a host", accepted, hint)
+    try:
+        port = parts.port
+    except ValueError:
+        raise usage(f"--target-url {url!r} has a port outside 1-65535", accepted, hint) from None
+    if port == 0:
+        raise usage(f"--target-url {url!r} has port 0", accepted, hint)
+
+
+def _check_reports_dir(s: Settings) -> None:
+    d = s.reports_dir
+    accepted = "a directory that exists or can be created, and that you can write to"
+    for p in (d, *d.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is a file" if p == d else f"lies below {p}, which is a file"
+                raise usage(f"--reports-dir {d} {what}", accepted, "give a directory: --reports-dir reports")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise usage(
+                    f"--reports-dir {d}: {p} is not writable by this user",
+                    accepted,
+                    "pick a directory you own, e.g. --reports-dir ~/sskj-reports",
+                )
+            return
+
+
+def _create_reports_dir(s: Settings) -> None:
+    """Create the reports root now, so that a path the OS refuses is a usage error, not an INTERNALERROR."""
+    try:
+        s.reports_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise usage(
+            f"--reports-dir {s.reports_dir} cannot be created: {exc.strerror or exc}",
+            "a directory that exists or can be created, and that you can write to",
+            "pick a directory you own, e.g. --reports-dir ~/sskj-reports",
+        ) from None
+
+
+def _check_run_id(s: Settings) -> None:
+    rid = s.run_id
+    if not rid or "/" in rid or "\\" in rid or rid in (".", "..") or rid.startswith("."):
+        raise usage(
+            f"--run-id {rid!r} is not a folder name",
+            "letters, digits, '-', '_' and '.', not starting with '.'",
+            "e.g. --run-id kimi3-marlin-vs-mxfp4",
+        )
+
+
+# -- node names ----------------------------------------------------------------------------------------
+
+
+def unmapped_numeric_nodes(nodes: Iterable[str], ssh_config: Path | None) -> list[str]:
+    """Bare numeric node names that ssh would dial as IPv4 addresses (``601`` is 0.0.2.89 to getaddrinfo):
+    those the ssh configuration (``ssh -G``, with ``-F`` when given) maps to no other host name."""
+    numeric = [n for n in nodes if n.isdigit()]
+    ssh = shutil.which("ssh")
+    if not numeric or ssh is None:
+        return []
+    out = []
+    for node in numeric:
+        argv = [ssh, *(["-F", str(ssh_config)] if ssh_config else []), "-G", node]
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return []  # no verdict without ssh: the launcher reports what ssh says
+        host = next((ln.split(None, 1)[1] for ln in res.stdout.splitlines() if ln.startswith("hostname ")), node)
+        if res.returncode == 0 and host.strip() in (node, _as_ipv4(node)):  # ssh -G shows 601 as 0.0.2.89
+            out.append(node)
+    return out
+
+
+def _check_numeric_nodes(s: Settings) -> None:
+    bad = unmapped_numeric_nodes(s.nodes, s.ssh_config)
+    if bad:
+        cfg = f" ({s.ssh_config})" if s.ssh_config else " (~/.ssh/config)"
+        raise usage(
+            f"node name(s) {', '.join(bad)} are bare numbers that no ssh configuration{cfg} maps to a host name; "
+            f"ssh would dial {bad[0]} as the IPv4 address {_as_ipv4(bad[0])}",
+            "host names, or numbers mapped by --sskj-node-template or an ssh_config 'Host' entry",
+            f"--sskj-node-template 'gpu{{}}' (node {bad[0]} -> host gpu{bad[0]}), or --sskj-ssh-config FILE with "
+            f"'Host {bad[0]}' / 'HostName <address>' entries",
+        )
+
+
+def _as_ipv4(n: str) -> str:
+    v = int(n) & 0xFFFFFFFF
+    return ".".join(str((v >> s) & 255) for s in (24, 16, 8, 0))
