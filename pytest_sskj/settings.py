@@ -475,7 +475,8 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
             f"{where}: backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}\n"
             f"  accepted: {', '.join(info.backends)} (the backends of engine {s.engine}, applied as "
             f"{info.backend_switch.describe()})\n"
-            f"  Hint: --backend {','.join(info.backends[:2])}, or pick another --engine"
+            f"  Hint: --backend {','.join(info.defaults.get('backends') or info.backends[:2])}, "
+            "or pick another --engine"
         )
     _check_layouts(s)
     if s.endpoint not in info.endpoints:
