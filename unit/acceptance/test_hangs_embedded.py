@@ -70,6 +70,8 @@ def _run(pytester: pytest.Pytester, run_id: str, *args: str) -> pytest.RunResult
         "2",
         "--chunk",
         "512",
+        "--concurrency",
+        "8",
         "--backend",
         "parallel",
         "--sskj-search",

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SHAPE = ("--isl", "128", "--osl", "4", "--chunk", "512", "--sskj-search", "none", "-p", "no:cacheprovider")
+SHAPE = ("--isl", "128", "--osl", "4", "--chunk", "512", "--concurrency", "8", "--sskj-search", "none", "-p", "no:cacheprovider")
 
 
 def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
@@ -81,6 +81,8 @@ def test_a_launcher_failure_is_one_launch_failure_per_spec_and_the_rest_not_run(
         "sskj-no-such-host.invalid",
         "--launcher",
         "ssh",
+        "--backend",
+        "parallel,serial",
         "--requests",
         "4",
         "--repeats",

@@ -30,7 +30,7 @@ def _tree(base: Path, deployment: str, platform: str = "", model: str = "") -> P
 
 
 _DEP = (
-    'engine = "sglang"\nnodes = "601-602"\ntp = 8\nslo_tier = "S2"\nserver_args = ["--x=1"]\n'
+    'engine = "sglang"\nnodes = "601-602"\nnode_template = "gpu{}"\ntp = 8\nslo_tier = "S2"\nserver_args = ["--x=1"]\n'
     '[env]\nB = "deployment"\n[layers]\nplatform = "chip"\nmodel = "m"\n'
 )
 
