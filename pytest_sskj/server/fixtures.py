@@ -112,6 +112,13 @@ _VERSIONS_PY = (
     "            out[name] = getattr(importlib.import_module(name), '__version__', None)\n"
     "        except Exception:\n"
     "            continue\n"
+    "    if name == 'torch':\n"
+    "        try:\n"
+    "            import torch\n"
+    "            out[name] = torch.__version__\n"
+    "            out['torch_cuda'] = torch.version.cuda\n"
+    "        except Exception:\n"
+    "            pass\n"
     "    if name == 'flashinfer':\n"
     "        try:\n"
     "            from flashinfer import _build_meta\n"
@@ -122,7 +129,8 @@ _VERSIONS_PY = (
 )
 """The installed version of each module named on its command line (the engine's ``versions.modules``): the
 distribution's metadata first (no import side effects: a package whose import needs a GPU still reports), else the
-module's ``__version__``."""
+module's ``__version__``; torch is imported for its build tag (``2.11.0+cu130``: the metadata may say ``2.11.0``,
+measured on the H200 image) and its CUDA version."""
 
 
 def engine_versions(pool: ServerPool, server: RunningServer) -> dict[str, Any]:
