@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +33,17 @@ from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
 from pytest_sskj.acceptance.search import SearchResult, judge, search
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
-from pytest_sskj.acceptance.summary import summary_lines  # imported (and rewritten) early, not at session end
+from pytest_sskj.acceptance.summary import overhead_line, summary_lines  # imported early, not at session end
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
-from pytest_sskj.stash import SETTINGS_KEY
+from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
 
 __all__ = ["ACCEPTANCE_KEY", "PARAMS", "Acceptance", "SiteDefaults", "get_acceptance", "sskj_acceptance"]
 
 ACCEPTANCE_KEY = pytest.StashKey["Acceptance"]()
+SESSION_T0_KEY = pytest.StashKey[float]()
+"""``time.perf_counter()`` at session start: the overhead line compares the session's wall time with the
+benchmark time the points measured."""
 """The session's :class:`Acceptance` object."""
 
 PARAMS = (
@@ -528,6 +532,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             it.add_marker(pytest.mark.xdist_group(f"sskj-{point.backend}-chunk{point.chunk}"))
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SESSION_T0_KEY] = time.perf_counter()
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
@@ -538,11 +546,17 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if acc is None and not (settings.run_dir / "points").is_dir():
         return
     acc = acc or get_acceptance(config)
-    lines = summary_lines(
-        acc.stored_rows(), acc.stored_verdicts(), baseline=settings.baseline, run_dir=str(settings.run_dir)
-    )
+    rows = acc.stored_rows()
+    lines = summary_lines(rows, acc.stored_verdicts(), baseline=settings.baseline, run_dir=str(settings.run_dir))
     if not lines:
         return
+    t0 = config.stash.get(SESSION_T0_KEY, None)
+    pool = config.stash.get(EXTRA_KEY, {}).get("server_pool")
+    starts = getattr(pool, "starts", None)
+    if t0 is not None:
+        wall = time.perf_counter() - t0
+        at = len(lines) - 1 if lines[-1].startswith("results:") else len(lines)
+        lines.insert(at, overhead_line(rows, starts if isinstance(starts, dict) else None, wall))
     terminalreporter.write_sep("=", "sskj acceptance summary (median of repeats)")
     for line in lines:
         terminalreporter.write_line(line)

@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_sskj.report.summary import MEDIANS_HEADER, medians_cells, summarize_points
 
-__all__ = ["HEADER", "summary_lines", "table_lines", "verdict_lines"]
+__all__ = ["HEADER", "overhead_line", "summary_lines", "table_lines", "verdict_lines"]
 
 HEADER = MEDIANS_HEADER
 
@@ -50,6 +50,22 @@ def verdict_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
             kind += f" [{'A/A control, ' if v.get('control') else ''}{v['outcome']}]"
         out.append(f"{word} {kind}: {v.get('message', '')}")
     return out
+
+
+def overhead_line(rows: Sequence[Mapping[str, Any]], starts: Mapping[str, int] | None, wall_s: float) -> str:
+    """Where the session's time went: server starts vs distinct server configurations, and the session's wall
+    time vs the benchmark time its points measured (the bench ``duration`` of every row, search steps included).
+
+    Under A B A B interleaving every repeat is its own server run (the unit of replication), so starts exceed
+    configurations by design there; grouped runs start each configuration once.
+    """
+    bench_s = sum(float(d) for r in rows if isinstance(d := r.get("duration"), (int, float)) and d > 0)
+    parts = []
+    if starts is not None:
+        parts.append(f"{sum(starts.values())} server start(s) for {len(starts)} distinct server configuration(s)")
+    ratio = f"{wall_s / bench_s:.2f}x" if bench_s > 0 else "n/a"
+    parts.append(f"session wall {wall_s:.1f} s vs {bench_s:.1f} s measured benchmark time ({ratio})")
+    return "overhead: " + "; ".join(parts)
 
 
 def summary_lines(

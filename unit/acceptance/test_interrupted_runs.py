@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SHAPE = ("--isl", "128", "--osl", "4", "--chunk", "512", "--concurrency", "8", "--sskj-search", "none", "-p", "no:cacheprovider")
+SHAPE = (
+    *("--isl", "128", "--osl", "4", "--chunk", "512", "--concurrency", "8"),
+    *("--sskj-search", "none", "-p", "no:cacheprovider"),
+)
 
 
 def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:

@@ -157,3 +157,15 @@ def test_resume_of_an_unknown_run_is_a_usage_error_naming_known_runs(pytester: p
             "*Hint: runs with points under *reports: 20261129-010203-abcd",
         ]
     )
+
+
+def test_overhead_line_counts_server_starts_configurations_and_wall_vs_benchmark_time() -> None:
+    from pytest_sskj.acceptance.summary import overhead_line
+
+    rows = [{"duration": 2.0}, {"duration": 3.0}, {"duration": None}, {"status": "not_run"}]
+    line = overhead_line(rows, {"a": 3, "b": 3}, 11.0)
+    assert line == (
+        "overhead: 6 server start(s) for 2 distinct server configuration(s); "
+        "session wall 11.0 s vs 5.0 s measured benchmark time (2.20x)"
+    ), line
+    assert overhead_line([], None, 1.0) == "overhead: session wall 1.0 s vs 0.0 s measured benchmark time (n/a)"
