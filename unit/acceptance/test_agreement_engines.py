@@ -135,6 +135,16 @@ def test_vllm_aa_control_at_two_batch_sizes_is_measured(vllm: str) -> None:
 
 # -- SGLang (source contract) ------------------------------------------------------------------------------
 def _sglang_root() -> Path:
+    """The installed sglang package's folder: the contract venv's (``SSKJ_SGLANG_PYTHON``, .ci/install_sglang.sh)
+    when it is given, else this interpreter's (no import: ``find_spec`` of a top-level package runs nothing)."""
+    python = os.environ.get("SSKJ_SGLANG_PYTHON")
+    if python:
+        import subprocess
+
+        probe = "import importlib.util as u; s = u.find_spec('sglang'); print(next(iter(s.submodule_search_locations)))"
+        res = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+        if res.returncode == 0 and res.stdout.strip():
+            return Path(res.stdout.strip().splitlines()[-1])
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         reason = "the sglang package is not installed (pip install --no-deps sglang==0.5.23; .ci/install_sglang.sh)"

@@ -111,7 +111,16 @@ def _sglang_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _profile_specs(pytester: pytest.Pytester, model: Path) -> list[tuple[str, ServerSpec]]:
-    config = pytester.parseconfigure("--profile", str(REPO / "profiles" / "kimi3-pro6000-sglang.toml"))
+    # the profile names the users' bare node numbers, which their ssh config maps; here a template maps them, and
+    # --mem-fraction-static (a value no source gives for the users' run, so the profile leaves it out) is passed
+    # on the command line to check that the run's server args reach sglang
+    config = pytester.parseconfigure(
+        "--profile",
+        str(REPO / "profiles" / "kimi3-pro6000-sglang.toml"),
+        "--sskj-node-template",
+        "node{}",
+        "--sskj-server-arg=--mem-fraction-static=0.85",
+    )
     s: Settings = config.stash[SETTINGS_KEY]
     out = []
     for backend in s.backends:
@@ -241,7 +250,7 @@ def test_profile_commands_parse_resolve_and_verify(pytester: pytest.Pytester, mo
             assert res["error"] is None, f"{case.name}: {res['error']}"
             info = {**res["resolved"], "version": data["version"], "node_rank": 0}
             assert verify_server_info(case.spec, info) == [], case.name
-            assert res["resolved"]["mem_fraction_static"] == 0.85, "the profile's server args reach sglang"
+            assert res["resolved"]["mem_fraction_static"] == 0.85, "the run's server args reach sglang"
 
 
 def test_healthy_start_markers_are_logged_by_this_sglang(contract: dict[str, Any]) -> None:

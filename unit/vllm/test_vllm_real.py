@@ -91,6 +91,11 @@ def test_acceptance_flow_on_the_real_vllm_server(tmp_path: Path) -> None:
         str(reports),
         "--run-id",
         "vllm-real",
+        # on two cores the vLLM server's three processes and the client share the CPU, so the client is the
+        # bottleneck (dispatch lag p90 12-21 ms measured in CI): those points are not valid performance figures,
+        # and this test checks the engine integration (launch, exact counts, live config, judging, teardown);
+        # the flag keeps the points passing while the comparisons with them stay inconclusive
+        "--sskj-allow-client-bound",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1700, check=False)
