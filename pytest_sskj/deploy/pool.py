@@ -33,8 +33,14 @@ __all__ = ["DeploymentPool", "RunningDeployment", "pd_problems"]
 
 
 def pd_problems(topo: Topology, infos: dict[str, dict[str, Any] | None]) -> list[str]:
-    """What the groups' ``/server_info`` says against the PD contract: one page size, the transfer backend."""
+    """What the groups' ``/server_info`` says against the PD contract: each group's disaggregation mode is its
+    role, one page size, the transfer backend."""
     out = []
+    roles = {g.name: g.role for g in topo.groups}
+    for name, info in infos.items():
+        mode = (info or {}).get("disaggregation_mode")
+        if info and mode is not None and name in roles and mode != roles[name]:
+            out.append(f"group {name} ({roles[name]}) runs disaggregation_mode={mode!r}, expected {roles[name]!r}")
     pages = {name: info.get("page_size") for name, info in infos.items() if info and "page_size" in info}
     if len(set(map(str, pages.values()))) > 1:
         out.append("page_size differs between groups: " + ", ".join(f"{k}={v}" for k, v in pages.items()))

@@ -40,6 +40,16 @@ def test_server_info_contract_page_size_equal_and_the_declared_transfer_backend(
     assert any("group decode uses transfer backend 'nixl', declared 'mooncake'" in p for p in problems), problems
 
 
+def test_a_group_whose_server_runs_another_disaggregation_mode_than_its_role_is_a_problem() -> None:
+    topo = topology_from_table(_PD)
+    ok = {"prefill": {"disaggregation_mode": "prefill"}, "decode": {"disaggregation_mode": "decode"}}
+    assert pd_problems(topo, ok) == []
+    swapped = {"prefill": {"disaggregation_mode": "decode"}, "decode": {"disaggregation_mode": "decode"}}
+    assert pd_problems(topo, swapped) == [
+        "group prefill (prefill) runs disaggregation_mode='decode', expected 'prefill'"
+    ], pd_problems(topo, swapped)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

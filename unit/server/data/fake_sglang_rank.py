@@ -6,7 +6,8 @@ own process group, each with a grandchild), rank 0 serving ``/health_generate`` 
 (the parsed ServerArgs, as SGLang reports them), ranks >= 1 a dummy health server that always answers
 200 (domain.md §8.2).  When a scheduler child dies it logs SGLang's watchdog line ("Subprocess ...
 crashed with exit code ...") and exits like SGLang's SIGQUIT cleanup.  ``FAKE_SGLANG_FORCE_BACKEND``
-makes it report another moe_runner_backend (a server that overrides the flag).  Stdlib only.
+makes it report another moe_runner_backend (a server that overrides the flag).  The PD flags
+(``--disaggregation-*``, ``--page-size``) are accepted and reported in ``/server_info``.  Stdlib only.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def _args() -> argparse.Namespace:
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr", default=None)
     p.add_argument("--schedulers", type=int, default=2)
+    # PD disaggregation (sglang 0.5.23 ServerArgs names and defaults)
+    p.add_argument("--disaggregation-mode", default="null", choices=("null", "prefill", "decode"))
+    p.add_argument("--disaggregation-transfer-backend", default="mooncake")
+    p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
+    p.add_argument("--disaggregation-ib-device", default=None)
+    p.add_argument("--page-size", type=int, default=1)
     return p.parse_args()
 
 
@@ -93,6 +100,11 @@ def main() -> int:
         "nnodes": a.nnodes,
         "node_rank": r,
         "dist_init_addr": a.dist_init_addr,
+        "disaggregation_mode": a.disaggregation_mode,
+        "disaggregation_transfer_backend": a.disaggregation_transfer_backend,
+        "disaggregation_bootstrap_port": a.disaggregation_bootstrap_port,
+        "disaggregation_ib_device": a.disaggregation_ib_device,
+        "page_size": a.page_size,
         "version": "0.0.0-fake",
     }
 
