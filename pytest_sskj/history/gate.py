@@ -54,7 +54,7 @@ HEADLINE: tuple[tuple[str, str, bool], ...] = tuple(
 )
 """(label in the users' tables, row column, higher is better), from the metric vocabulary."""
 
-_COMPARABLE = ("engine", "model", "platform", "layout", "endpoint")
+_COMPARABLE = ("engine", "model", "platform", "layout", "deployment", "endpoint")
 
 
 class BaselineError(ValueError):
@@ -96,10 +96,21 @@ def env_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
         "model": s.get("model_name") or s.get("model_path"),
         "platform": s.get("platform"),
         "layout": "/".join(f"{k.upper()}{s.get(k)}" for k in ("tp", "ep", "dp", "pp")),
+        "deployment": _deployment(s.get("deployment")),
         "endpoint": s.get("endpoint"),
         "shape": f"ISL {s.get('isl')} / OSL {s.get('osl')}",
         "engine_facts": dict(eng),
     }
+
+
+def _deployment(d: Any) -> str:
+    """``aggregated`` for one server spec, else the topology's kind and its groups' roles and sizes: a PD run and
+    an aggregated one are compared only explicitly (``compare --allow-incomparable``), never as a baseline."""
+    if not isinstance(d, Mapping):
+        return "aggregated"
+    groups = [g for g in d.get("groups") or [] if isinstance(g, Mapping)]
+    parts = [f"{g.get('role')} TP{g.get('tp')}/EP{g.get('ep')}/DP{g.get('dp')}/PP{g.get('pp')}" for g in groups]
+    return f"{d.get('kind')}: " + ", ".join(parts)
 
 
 def engine_differences(base: Baseline, current: Mapping[str, Any]) -> list[str]:
@@ -125,10 +136,15 @@ def _package_version(engine: str, packages: Mapping[str, Any]) -> Any:
 
 def incomparable(current: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
     """Why two runs' environments cannot be compared (``[]``: comparable)."""
+
+    # facts recorded before the deployment fact existed describe aggregated runs
+    def fact(d: Mapping[str, Any], k: str) -> Any:
+        return d.get(k, "aggregated" if k == "deployment" else None)
+
     return [
-        f"{k} {base.get(k)!r} in the baseline, {current.get(k)!r} here"
+        f"{k} {fact(base, k)!r} in the baseline, {fact(current, k)!r} here"
         for k in _COMPARABLE
-        if base.get(k) != current.get(k)
+        if fact(base, k) != fact(current, k)
     ]
 
 

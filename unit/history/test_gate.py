@@ -142,3 +142,19 @@ def test_client_bound_repeats_void_the_claim_they_could_fake() -> None:
     assert judge_config(CFG, slow, bound_base, margin_pct=5.0).status == "regression", "a lower bound still regressed"
     same = judge_config(CFG, _rows([100.0, 100.0, 100.0]), bound_base, margin_pct=5.0)
     assert same.status == "inconclusive" and "release v1.3's repeat(s) parallel-chunk256-c8-r1" in same.message
+
+
+def test_a_pd_run_and_an_aggregated_run_are_incomparable_unless_asked_explicitly() -> None:
+    """Issue 14: PD points compare against aggregated ones only through an explicit cross-deployment comparison."""
+    from pytest_sskj.history.gate import env_facts, incomparable
+
+    group = {"tp": 4, "ep": 4, "dp": 1, "pp": 8}
+    pd = {"kind": "pd", "groups": [{"role": "prefill", **group}, {"role": "decode", **group, "tp": 32, "pp": 1}]}
+    base = env_facts({"settings": {"engine": "sglang", "isl": 16384, "osl": 1}})
+    here = env_facts({"settings": {"engine": "sglang", "isl": 16384, "osl": 1, "deployment": pd}})
+    assert base["deployment"] == "aggregated"
+    assert here["deployment"] == "pd: prefill TP4/EP4/DP1/PP8, decode TP32/EP4/DP1/PP1", here["deployment"]
+    why = incomparable(here, base)
+    assert why == [f"deployment 'aggregated' in the baseline, {here['deployment']!r} here"], why
+    legacy = {k: v for k, v in base.items() if k != "deployment"}  # recorded before the fact existed
+    assert incomparable(base, legacy) == [], "old records describe aggregated runs"
