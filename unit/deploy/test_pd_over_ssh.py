@@ -4,7 +4,8 @@ network-namespace test hosts: launch order, every group's rank-0 health, the per
 teardown leaving no process on any host.
 
 The module brings up its own instance of eight hosts with ``tools/netns_hosts.sh`` (``SSKJ_NETNS_FIRST`` of
-the SSH launcher tests + 100, so it never meets theirs) and takes it down at the end.  The profile's node
+the SSH launcher tests + 4: the eight numbers right after their four, so one run's hosts are FIRST..FIRST+11)
+and takes it down at the end.  The profile's node
 names 601-608 are mapped onto those hosts by an ssh_config derived from the one the script writes, so the
 profile is launched unchanged (only the router's port is 0, a free one, instead of 8000).  The ranks are
 ``unit/server/data/fake_sglang_rank.py`` (SGLang's real argv, PD flags included); the router is the real
@@ -34,9 +35,10 @@ REPO = Path(__file__).resolve().parents[2]
 NETNS_TOOL = REPO / "tools" / "netns_hosts.sh"
 FAKE_RANK = REPO / "unit" / "server" / "data" / "fake_sglang_rank.py"
 PROFILE = REPO / "profiles" / "pro6000" / "kimi3-sglang-pd.toml"
-# our own instance, 100 above the SSH launcher tests' (default 601): two CI runs with different
-# SSKJ_NETNS_FIRST stay apart, and so do these hosts and theirs
-FIRST = int(os.environ.get("SSKJ_NETNS_FIRST", "601")) + 100
+# our own instance, right after the SSH launcher tests' four hosts (default 601-604 -> 605-612): one run uses
+# FIRST..FIRST+11 (and FIRST+50..51 for a moment), so two runs whose SSKJ_NETNS_FIRST differ by 12 or more (and
+# not by 50) stay apart, and so do these hosts and theirs
+FIRST = int(os.environ.get("SSKJ_NETNS_FIRST", "601")) + 4
 HOSTS_DIR = Path(f"/tmp/sskj-netns-pd-hosts-{FIRST}")
 HOSTS = tuple(str(FIRST + k) for k in range(8))
 PROFILE_NODES = tuple(str(601 + k) for k in range(8))  # the shipped profile's nodes = "601-604" + "605-608"
