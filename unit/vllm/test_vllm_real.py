@@ -114,8 +114,15 @@ def test_acceptance_flow_on_the_real_vllm_server(tmp_path: Path) -> None:
     print(f"\nreal vLLM run: {len(rows)} rows, engine facts {facts}")
     logs = sorted((run / "logs").rglob("*.log"))
     assert logs, "server logs are kept under the run dir"
-    dead = [p.name for p in logs if "EngineDeadError" in p.read_text(errors="replace")]
-    assert not dead, f"clean shutdowns must not log EngineDeadError: {dead}"
+    # vLLM 0.32's own shutdown (mode=abort, timeout 0 s) may force-kill EngineCore after our SIGTERM and then log
+    # EngineDeadError (seen in CI under load): that is teardown, not a finding; the engine must not die before it
+    early = []
+    for p in logs:
+        text = p.read_text(errors="replace")
+        dead, shutdown = text.find("EngineDeadError"), text.find("[shutdown] API server: shutdown triggered")
+        if dead >= 0 and (shutdown < 0 or dead < shutdown):
+            early.append(p.name)
+    assert not early, f"EngineDeadError before teardown started (a real engine death): {early}"
 
 
 @pytest.mark.timeout(600)
