@@ -9,7 +9,7 @@ import pytest
 from pytest_sskj.report.manifest import RunManifest
 from pytest_sskj.settings import Settings
 
-__all__ = ["EXTRA_KEY", "MANIFEST_KEY", "SETTINGS_KEY"]
+__all__ = ["EXTRA_KEY", "MANIFEST_KEY", "NOT_APPLICABLE_KEY", "SETTINGS_KEY"]
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 """The frozen, resolved settings of this session."""
@@ -19,3 +19,8 @@ MANIFEST_KEY = pytest.StashKey[RunManifest]()
 
 EXTRA_KEY = pytest.StashKey[dict[str, Any]]()
 """Per-session objects of the subsystems (server pool, GPU allocator, reporters), keyed by subsystem name."""
+
+NOT_APPLICABLE_KEY = pytest.StashKey[dict[str, str]]()
+"""Tests the plugin itself deselected because they do not apply to this run's configuration (node id -> reason,
+e.g. the baseline gate without ``--sskj-baseline``): not a user's selection, so a release lists them instead of
+refusing the run as not run in full."""

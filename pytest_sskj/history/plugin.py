@@ -147,6 +147,11 @@ class HistoryRecorder:
             return
         gated = [it for it in items if "sskj_baseline_config" in getattr(getattr(it, "callspec", None), "params", {})]
         if gated:
+            from pytest_sskj.stash import NOT_APPLICABLE_KEY
+
+            na = config.stash.setdefault(NOT_APPLICABLE_KEY, {})
+            for it in gated:
+                na[it.nodeid] = "no --sskj-baseline given: the baseline regression gate does not apply"
             config.hook.pytest_deselected(items=gated)
             items[:] = [it for it in items if it not in gated]
 

@@ -197,9 +197,15 @@ class Reporter:
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         """Count deselected tests per suite (``-k``, ``-m``, ``--deselect``, ``--lf``): a release needs zero."""
         from pytest_sskj.report.outcomes import suite_of
+        from pytest_sskj.stash import NOT_APPLICABLE_KEY
 
+        not_applicable = self.config.stash.get(NOT_APPLICABLE_KEY, {})
         counts = self.outcomes.selection.setdefault("deselected", {})
+        listed = self.outcomes.selection.setdefault("not_applicable", {})
         for it in items:
+            if it.nodeid in not_applicable:  # the plugin's own "does not apply" deselection, listed instead
+                listed[it.nodeid] = not_applicable[it.nodeid]
+                continue
             counts[suite_of(it.nodeid)] = counts.get(suite_of(it.nodeid), 0) + 1
 
     @pytest.hookimpl(trylast=True)
@@ -230,6 +236,7 @@ class Reporter:
             collected=collected,
         )
         self.outcomes.selection.setdefault("deselected", {})
+        self.outcomes.selection.setdefault("not_applicable", {})
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

@@ -400,6 +400,11 @@ def mark(
         "scope": the_scope.name,
         "scope_description": the_scope.description,
         "accepted_skips": accepted_skips(list(tests.values()), config, the_scope),
+        "not_applicable": {
+            nodeid: why
+            for rid in runs
+            for nodeid, why in ((loaded[rid][0].get("selection") or {}).get("not_applicable") or {}).items()
+        },
         "selection": {rid: loaded[rid][0].get("selection") for rid in runs},
         "suites": suites,
         "counts": counts,

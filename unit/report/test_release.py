@@ -304,9 +304,9 @@ def test_scope_policy_cpu_accepts_and_lists_hardware_absent_skips_gpu_refuses(
     _run(tmp_path, tests)
     with pytest.raises(ReleaseRefused) as exc:
         mark("r1", "gpu1", reports_dir=tmp_path, config=cfg)
-    assert exc.value.reasons == [f"required test unit/test_gpu.py::test_kernel skipped (in setup): {absent}"], (
-        "the gpu scope accepts no skip"
-    )
+    assert exc.value.reasons == [
+        f"required test unit/test_gpu.py::test_kernel skipped (in setup): {absent} (not accepted by scope 'gpu')"
+    ], "the gpu scope accepts no hardware-absent skip (only tests that do not apply to the run's configuration)"
     out = mark("r1", "cpu1", reports_dir=tmp_path, config=cfg, scope="cpu")
     data = json.loads(out.read_text())
     assert data["scope"] == "cpu", data["scope"]
@@ -341,3 +341,29 @@ def test_ignored_path_of_a_required_suite_is_refused(pytester: pytest.Pytester) 
     assert exc.value.reasons == ["required suite 'unit' did not run in full: --ignore unit/test_b.py"], (
         exc.value.reasons
     )
+
+
+def test_the_plugins_own_not_applicable_deselection_is_listed_not_a_partial_suite(pytester: pytest.Pytester) -> None:
+    """The baseline gate without --sskj-baseline is deselected by the plugin: outcomes.json lists it as not
+    applicable (with the reason) and does not count it as a user's deselection; a -k deselection still counts."""
+    pytester.makepyfile(
+        test_gate="""
+        def test_baseline(sskj_baseline_config):  # parametrized by the plugin with the run's configurations
+            pass
+
+        def test_other():
+            pass
+        """
+    )
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--reports-dir", "rep", "--run-id", "na")
+    outcomes = res.parseoutcomes()
+    assert outcomes.get("passed") == 1 and outcomes.get("deselected", 0) >= 1, outcomes
+    sel = json.loads((pytester.path / "rep" / "na" / "outcomes.json").read_text())["selection"]
+    assert sel["deselected"] == {}, f"the plugin's own deselection is not a user's: {sel}"
+    assert len(sel["not_applicable"]) == outcomes["deselected"], sel["not_applicable"]
+    assert all("test_baseline[" in n and "--sskj-baseline" in w for n, w in sel["not_applicable"].items())
+    res = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--reports-dir", "rep", "--run-id", "k", "-k", "baseline"
+    )
+    sel = json.loads((pytester.path / "rep" / "k" / "outcomes.json").read_text())["selection"]
+    assert sum(sel["deselected"].values()) == 1, f"a -k deselection (test_other) counts: {sel}"
