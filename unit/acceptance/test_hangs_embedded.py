@@ -6,18 +6,16 @@ server is torn down."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import re
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from pytest_sskj.testing.stalling import Handler, drips, never_answers, serve
 
 ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
 BOUND_S = 60.0
@@ -110,57 +108,11 @@ def test_a_sigstopped_server_is_a_hang_within_60_s_and_is_torn_down(
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(), pid
 
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
-
-
-async def _never_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(Exception):
-        await reader.readuntil(b"\r\n\r\n")
-        await asyncio.sleep(3600)
-
-
-async def _drips(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(Exception):
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        while True:
-            writer.write(b"1\r\n:\r\n")
-            await writer.drain()
-            await asyncio.sleep(1.0)
-
-
-@contextlib.contextmanager
-def _server(handler: Handler) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-
-    async def start() -> asyncio.Server:
-        return await asyncio.start_server(handler, "127.0.0.1", 0)
-
-    srv = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    try:
-        yield f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
-    finally:
-
-        async def stop() -> None:
-            srv.close()
-            others = [x for x in asyncio.all_tasks() if x is not asyncio.current_task()]
-            for x in others:
-                x.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(5)
-        loop.close()
-
-
-@pytest.mark.parametrize("handler", [_never_answers, _drips], ids=["accepts-never-answers", "drips-1-byte-per-s"])
+@pytest.mark.parametrize("handler", [never_answers, drips], ids=["accepts-never-answers", "drips-1-byte-per-s"])
 def test_a_target_that_never_answers_or_drips_is_a_hang_within_60_s(
     pytester: pytest.Pytester, handler: Handler
 ) -> None:
-    with _server(handler) as url:
+    with serve(handler) as url:
         t0 = time.time()
         res = _run(pytester, "tgt", "--target-url", url, "--sskj-model", "m")
         took = time.time() - t0

@@ -4,13 +4,8 @@ timeout, every request accounted for (stalled, aborted or not sent); a healthy s
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,66 +13,17 @@ from pytest_sskj.bench.client import BenchTimeouts
 from pytest_sskj.bench.runner import run_bench
 from pytest_sskj.bench.workload import Workload
 from pytest_sskj.testing.mock_server import MockConfig, MockServer
+from pytest_sskj.testing.stalling import Handler, drips, never_answers, serve
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
 STALL_S = 1.5
-
-
-async def _read_head(reader: asyncio.StreamReader) -> None:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next((int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")), 0)
-    await reader.readexactly(length)
-
-
-async def _never_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(Exception):
-        await _read_head(reader)
-        await asyncio.sleep(3600)
-
-
-async def _drips(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(Exception):
-        await _read_head(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        while True:
-            writer.write(b"1\r\n:\r\n")  # one byte of an SSE comment per second: bytes, never a token
-            await writer.drain()
-            await asyncio.sleep(1.0)
-
-
-@contextlib.contextmanager
-def _server(handler: Handler) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-
-    async def start() -> asyncio.Server:
-        return await asyncio.start_server(handler, "127.0.0.1", 0)
-
-    srv = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    try:
-        yield f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
-    finally:
-
-        async def stop() -> None:
-            srv.close()
-            others = [x for x in asyncio.all_tasks() if x is not asyncio.current_task()]
-            for x in others:
-                x.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(5)
-        loop.close()
 
 
 WORKLOAD = Workload(isl=16, osl=4, requests=6, concurrency=2, warmup=0, endpoint="completions", model="m")
 
 
-@pytest.mark.parametrize("handler", [_never_answers, _drips], ids=["accepts-never-answers", "drips-1-byte-per-s"])
+@pytest.mark.parametrize("handler", [never_answers, drips], ids=["accepts-never-answers", "drips-1-byte-per-s"])
 def test_a_hung_server_ends_the_run_within_the_stall_timeout(tmp_path: Path, handler: Handler) -> None:
-    with _server(handler) as url:
+    with serve(handler) as url:
         t0 = time.perf_counter()
         res = run_bench(url, WORKLOAD, tmp_path, flush_cache=False, timeouts=BenchTimeouts.for_shape(STALL_S, 4))
         took = time.perf_counter() - t0
@@ -125,7 +71,7 @@ def test_the_deadline_is_derived_from_the_shape() -> None:
 
 def test_a_server_that_never_answers_model_discovery_hangs_within_the_stall_timeout(tmp_path: Path) -> None:
     w = Workload(isl=16, osl=4, requests=3, concurrency=1, warmup=1, endpoint="completions")  # model: discovered
-    with _server(_never_answers) as url:
+    with serve(never_answers) as url:
         t0 = time.perf_counter()
         res = run_bench(url, w, tmp_path, timeouts=BenchTimeouts.for_shape(STALL_S, 4))
         took = time.perf_counter() - t0
