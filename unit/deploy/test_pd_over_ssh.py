@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from pytest_sskj.engines import node_commands
 from pytest_sskj.errors import ServerCrashed
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.server.ssh import SshProcess
+from pytest_sskj.testing.netns import netns_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 NETNS_TOOL = REPO / "tools" / "netns_hosts.sh"
@@ -46,21 +46,8 @@ NET = f"10.213.{(FIRST + 190) % 250}"  # tools/netns_hosts.sh's address plan
 NETNS_PREFIX = "sskjnode"
 
 
-def _skip_reason() -> str | None:
-    if sys.platform != "linux":
-        return f"network-namespace hosts need Linux, this is {sys.platform}"
-    if os.geteuid() != 0:
-        return "network-namespace sshd hosts need root (ip netns add, sshd); run the suite as root or in CI"
-    for tool, fix in (("ip", "iproute2"), ("ssh", "openssh-client"), ("ssh-keygen", "openssh-client")):
-        if shutil.which(tool) is None:
-            return f"'{tool}' not found: apt-get install -y {fix}"
-    if not os.access("/usr/sbin/sshd", os.X_OK):
-        return "/usr/sbin/sshd not found: apt-get install -y openssh-server"
-    return None
-
-
 REQUIRED = os.environ.get("SSKJ_REQUIRE_NETNS", "") == "1"
-pytestmark = pytest.mark.skipif(not REQUIRED and _skip_reason() is not None, reason=_skip_reason() or "")
+pytestmark = pytest.mark.skipif(not REQUIRED and netns_skip_reason() is not None, reason=netns_skip_reason() or "")
 
 
 def _tool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -92,7 +79,7 @@ def _wait_empty(timeout_s: float = 10.0) -> dict[str, set[int]]:
 @pytest.fixture(scope="module")
 def ssh_config() -> Iterator[Path]:
     """Eight hosts up; an ssh_config naming them 601-608 as the profile does."""
-    reason = _skip_reason()
+    reason = netns_skip_reason()
     if reason is not None:
         pytest.fail(f"SSKJ_REQUIRE_NETNS=1 but the network-namespace hosts cannot be made: {reason}")
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pytest_sskj.server.health import wait_healthy
 from pytest_sskj.server.logscan import LogOracle
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.server.ssh import SshLauncher, SshOptions, SshProcess, rank_log_path
+from pytest_sskj.testing.netns import netns_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 NETNS_TOOL = REPO / "tools" / "netns_hosts.sh"
@@ -47,22 +47,9 @@ SECRET = "hf_sskjTestSecret_5f1c0a9e7d"
 NETNS_PREFIX = "sskjnode"
 
 
-def _skip_reason() -> str | None:
-    if sys.platform != "linux":
-        return f"network-namespace hosts need Linux, this is {sys.platform}"
-    if os.geteuid() != 0:
-        return "network-namespace sshd hosts need root (ip netns add, sshd); run the suite as root or in CI"
-    for tool, fix in (("ip", "iproute2"), ("ssh", "openssh-client"), ("ssh-keygen", "openssh-client")):
-        if shutil.which(tool) is None:
-            return f"'{tool}' not found: apt-get install -y {fix}"
-    if not os.access("/usr/sbin/sshd", os.X_OK):
-        return "/usr/sbin/sshd not found: apt-get install -y openssh-server"
-    return None
-
-
 # CI sets SSKJ_REQUIRE_NETNS=1 so that missing prerequisites fail these tests instead of skipping them
 REQUIRED = os.environ.get("SSKJ_REQUIRE_NETNS", "") == "1"
-pytestmark = pytest.mark.skipif(not REQUIRED and _skip_reason() is not None, reason=_skip_reason() or "")
+pytestmark = pytest.mark.skipif(not REQUIRED and netns_skip_reason() is not None, reason=netns_skip_reason() or "")
 
 
 @dataclass
@@ -93,7 +80,7 @@ class Hosts:
 def hosts() -> Iterator[Hosts]:
     from filelock import FileLock
 
-    reason = _skip_reason()
+    reason = netns_skip_reason()
     if reason is not None:
         pytest.fail(f"SSKJ_REQUIRE_NETNS=1 but the network-namespace hosts cannot be made: {reason}")
     HOSTS_DIR.mkdir(parents=True, exist_ok=True)
