@@ -7,7 +7,8 @@ Plain ``http://`` goes through :class:`~pytest_sskj.bench.transport.LeanTranspor
 over the chunked encoding per read); ``https://`` through httpx's default transport, same pool size.
 :meth:`BenchClient.stream_request` is the one timing loop for every endpoint: it stamps ``t_send``,
 iterates the response with ``aiter_raw`` (whatever the transport read, no line splitting, no size cap:
-16K-token prompts and long streams do not choke a small buffer), stamps every read, feeds the bytes to
+16K-token prompts and long streams do not choke a small buffer), stamps every read (with its kernel
+receive time where the lean transport has one, so the loop's own backlog is not in the figures), feeds the bytes to
 :class:`~pytest_sskj.bench.sse.SSEParser`, asks the endpoint adapter what each frame means and fills a
 :class:`~pytest_sskj.bench.records.RequestRecord`.  It never raises for anything the server does:
 non-200 answers, transport errors, bad JSON, invalid UTF-8, truncated streams and error frames all end
@@ -225,9 +226,13 @@ class BenchClient:
                 if resp.status_code != 200:
                     rec.set_error(f"HTTP {resp.status_code} from {endpoint.path}: {await _capped_body(resp)}")
                 else:
-                    chunks = resp.aiter_bytes() if "content-encoding" in resp.headers else resp.aiter_raw()
+                    encoded = "content-encoding" in resp.headers
+                    chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
+                    # the lean transport knows when each read arrived (the kernel's receive stamp): a read
+                    # the loop got to late keeps its arrival time; other transports: the time it is handed up
+                    stamps = None if encoded else resp.extensions.get("sskj_arrival")
                     async for raw in chunks:
-                        now = perf_counter()
+                        now = stamps.arrival if stamps is not None else perf_counter()
                         events = parser.feed(raw)
                         if parser.invalid:
                             rec.set_error(parser.invalid[0])

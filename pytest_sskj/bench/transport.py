@@ -3,9 +3,12 @@
 Why: httpx's default stack (httpcore + h11) turns every HTTP chunk into an event that climbs several
 Python generator layers; an LLM server sends one chunk per SSE frame, so at high token rates the client
 spends its core on HTTP framing, not on the stream (see ``benchmarks/bench_client_ingest.py``).  This
-transport reads whatever the socket holds (an ``asyncio.Protocol`` buffer, no size cap), undoes the
-chunked encoding of a whole read in one pass and hands the decoded bytes up as one piece per network
-read, so the SSE parser sees big reads and the timing loop stamps each read once.
+transport reads whatever the socket holds (``recvmsg`` from a loop reader callback, no size cap), undoes
+the chunked encoding of a whole read in one pass and hands the decoded bytes up as one piece per network
+read, so the SSE parser sees big reads and the timing loop stamps each read once -- with the kernel's
+receive time of that read (``SO_TIMESTAMPNS`` on Linux), which the response exposes as
+``response.extensions["sskj_arrival"].arrival``: the time the bytes arrived, however long the event loop
+took to get to them (see :class:`_Conn`).
 
 It keeps a connection pool of at most ``max_connections`` (keep-alive, one retry on a stale reused
 connection), honours connect/read timeouts (the read timeout bounds the silence between two reads),
@@ -17,7 +20,12 @@ and maps failures onto httpx's exceptions (``ConnectError``, ``ConnectTimeout``,
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
+import sys
+import time
 from collections.abc import AsyncIterator
+from time import perf_counter
 from typing import Any
 
 import httpx
@@ -27,46 +35,68 @@ __all__ = ["LeanTransport"]
 _MAX_HEAD = 1 << 16
 
 
-class _Proto(asyncio.Protocol):
-    """Socket bytes into one buffer; a waiter is woken when bytes or EOF arrive."""
+class _Conn:
+    """One non-blocking TCP socket read by a loop reader callback into time-stamped segments.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    The reader callback (``loop.add_reader``) drains the socket with ``recvmsg`` and keeps every read as
+    ``(bytes, arrival)``.  ``arrival`` is the kernel's receive time of the read (``SO_TIMESTAMPNS``, the
+    time its last packet reached the socket) moved onto the ``perf_counter`` clock; where the platform
+    has no such stamp, the time the callback ran.  So a read that waits in the buffer while the event loop
+    is busy with other streams (a decode step hands all ``C`` streams a frame at the same instant) keeps the
+    time it arrived, not the time the loop got to it: the loop's own work no longer shows in TTFT/ITL.
+    """
+
+    def __init__(self, key: tuple[str, int], sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.key = key
+        self.sock = sock
         self.loop = loop
-        self.buf = bytearray()
+        self.used = False
+        self.segments: list[tuple[bytes, float]] = []
         self.eof = False
+        self.closed = False
         self.exc: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.transport: asyncio.Transport | None = None
+        self.kernel_stamps = _enable_rx_stamps(sock)
+        self._anc = socket.CMSG_SPACE(_TIMESPEC.size) if self.kernel_stamps else 0
+        loop.add_reader(sock.fileno(), self._readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    @property
+    def alive(self) -> bool:
+        return not self.eof and not self.closed
 
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
+    def _readable(self) -> None:
+        sock = self.sock
+        segments = self.segments
+        while True:
+            try:
+                data, anc, _, _ = sock.recvmsg(_READ_SIZE, self._anc)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self.exc = exc
+                self._at_eof()
+                break
+            if not data:
+                self._at_eof()
+                break
+            segments.append((data, _arrival(anc)))
+        w = self.waiter
+        if segments and w is not None and not w.done():
+            w.set_result(None)
+
+    def _at_eof(self) -> None:
+        self.eof = True
+        if not self.closed:
+            self.loop.remove_reader(self.sock.fileno())
         w = self.waiter
         if w is not None and not w.done():
             w.set_result(None)
 
-    def eof_received(self) -> bool | None:
-        self.eof = True
-        self._wake()
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.eof = True
-        self.exc = exc
-        self._wake()
-
-    def _wake(self) -> None:
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    async def read(self, timeout: float | None) -> bytes:
-        """Everything buffered (waiting up to ``timeout`` s for some); ``b""`` at EOF."""
-        while not self.buf:
+    async def read(self, timeout: float | None) -> list[tuple[bytes, float]]:
+        """Every buffered ``(bytes, arrival)`` read (waiting up to ``timeout`` s for one); ``[]`` at EOF."""
+        while not self.segments:
             if self.eof:
-                return b""
+                return []
             w = self.waiter = self.loop.create_future()
             h = self.loop.call_later(timeout, _expire, w) if timeout is not None else None
             try:
@@ -75,29 +105,57 @@ class _Proto(asyncio.Protocol):
                 self.waiter = None
                 if h is not None:
                     h.cancel()
-        data = bytes(self.buf)
-        self.buf.clear()
-        return data
+        out = self.segments
+        self.segments = []
+        return out
+
+    async def write(self, data: bytes) -> None:
+        await self.loop.sock_sendall(self.sock, data)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if not self.eof:
+            self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
+_READ_SIZE = 1 << 18
+_SO_TIMESTAMPNS = 35
+"""Linux ``SO_TIMESTAMPNS`` (= ``SCM_TIMESTAMPNS``; Python's socket module does not name it): receive
+stamps as a ``struct timespec`` of ``CLOCK_REALTIME`` in a control message of every ``recvmsg``."""
+_TIMESPEC = struct.Struct("@qq")
+
+
+def _enable_rx_stamps(sock: socket.socket) -> bool:
+    if not sys.platform.startswith("linux") or struct.calcsize("@l") != 8:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _arrival(anc: list[tuple[int, int, bytes]]) -> float:
+    """The read's kernel receive time on the ``perf_counter`` clock (now, without a usable stamp)."""
+    now = perf_counter()
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            age = time.time() - (float(sec) + float(nsec) * 1e-9)
+            # a stamp from the future or older than a minute means the wall clock stepped: not usable
+            if 0.0 <= age < 60.0:
+                return now - age
+            if -0.001 < age < 0.0:
+                return now
+    return now
 
 
 def _expire(w: asyncio.Future[None]) -> None:
     if not w.done():
         w.set_exception(TimeoutError())
-
-
-class _Conn:
-    def __init__(self, key: tuple[str, int], proto: _Proto) -> None:
-        self.key = key
-        self.proto = proto
-        self.used = False
-
-    @property
-    def alive(self) -> bool:
-        return not self.proto.eof and self.proto.transport is not None and not self.proto.transport.is_closing()
-
-    def close(self) -> None:
-        if self.proto.transport is not None:
-            self.proto.transport.close()
 
 
 class _Dechunker:
@@ -171,7 +229,12 @@ class _Dechunker:
 
 
 class _Body(httpx.AsyncByteStream):
-    def __init__(self, owner: LeanTransport, conn: _Conn, mode: str, length: int, first: bytes, keep: bool) -> None:
+    """The response body, one piece per network read; :attr:`arrival` is the arrival time of the read the
+    piece last yielded came from (the client reads it through ``response.extensions["sskj_arrival"]``)."""
+
+    def __init__(
+        self, owner: LeanTransport, conn: _Conn, mode: str, length: int, first: tuple[bytes, float], keep: bool
+    ) -> None:
         self.owner = owner
         self.conn = conn
         self.mode = mode  # "chunked" | "length" | "close"
@@ -180,45 +243,48 @@ class _Body(httpx.AsyncByteStream):
         self.keep = keep
         self.complete = False
         self.released = False
+        self.arrival = first[1]
+        self._dechunk = _Dechunker() if mode == "chunked" else None
+
+    def _take(self, data: bytes) -> bytes:
+        """The payload bytes of one read; sets :attr:`complete` at the body's end."""
+        if self._dechunk is not None:
+            piece = self._dechunk.feed(data)
+            self.complete = self._dechunk.done
+            return piece
+        if self.mode == "length":
+            piece = data[: self.left]
+            self.left -= len(piece)
+            self.complete = self.left <= 0
+            return piece
+        return data
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        proto = self.conn.proto
+        conn = self.conn
         timeout = self.owner.read_timeout
-        dechunk = _Dechunker() if self.mode == "chunked" else None
-        data = self.first
-        self.first = b""
+        segments = [self.first] if self.first[0] else []
+        self.first = (b"", self.first[1])
+        if self.mode == "length" and self.left <= 0:
+            self.complete = True
+            return
         while True:
-            if data:
-                if dechunk is not None:
-                    piece = dechunk.feed(data)
-                    if piece:
-                        yield piece
-                    if dechunk.done:
-                        self.complete = True
-                        return
-                elif self.mode == "length":
-                    piece = data[: self.left]
-                    self.left -= len(piece)
-                    if piece:
-                        yield piece
-                    if self.left <= 0:
-                        self.complete = True
-                        return
-                else:
-                    yield data
-            if self.mode == "length" and self.left <= 0:
-                self.complete = True
-                return
+            for data, arrival in segments:
+                piece = self._take(data)
+                if piece:
+                    self.arrival = arrival
+                    yield piece
+                if self.complete:
+                    return
             try:
-                data = await proto.read(timeout)
+                segments = await conn.read(timeout)
             except TimeoutError:
                 raise httpx.ReadTimeout(f"no data for {timeout} s while reading the response body") from None
-            if not data:
+            if not segments:
                 if self.mode == "close":
                     self.complete = True
                     self.keep = False
                     return
-                what = "incomplete chunked read" if dechunk is not None else f"{self.left} bytes missing"
+                what = "incomplete chunked read" if self._dechunk is not None else f"{self.left} bytes missing"
                 raise httpx.RemoteProtocolError(
                     f"peer closed connection without sending complete message body ({what})"
                 )
@@ -255,14 +321,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
     async def _connect(self, key: tuple[str, int], request: httpx.Request) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
-            _, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: _Proto(loop), key[0], key[1]), self.connect_timeout
-            )
+            sock = await asyncio.wait_for(_dial(loop, key), self.connect_timeout)
         except asyncio.TimeoutError:
             raise httpx.ConnectTimeout(f"connecting to {key[0]}:{key[1]} timed out", request=request) from None
         except OSError as exc:
             raise httpx.ConnectError(f"{exc}", request=request) from None
-        conn = _Conn(key, proto)
+        conn = _Conn(key, sock, loop)
         self._all.add(conn)
         return conn
 
@@ -298,11 +362,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 if conn is None:
                     conn = await self._connect(key, request)
                 conn.used = True
-                assert conn.proto.transport is not None
-                conn.proto.transport.write(wire)
                 try:
+                    await conn.write(wire)
                     return await self._response(conn, request)
-                except _StaleConnection:
+                except (_StaleConnection, ConnectionError):
                     conn.close()
                     self._all.discard(conn)
                     if not reused or attempt:
@@ -315,19 +378,20 @@ class LeanTransport(httpx.AsyncBaseTransport):
             raise
 
     async def _response(self, conn: _Conn, request: httpx.Request) -> httpx.Response:
-        proto = conn.proto
         buf = b""
+        arrival = 0.0
         while True:
             try:
-                data = await proto.read(self.read_timeout)
+                segments = await conn.read(self.read_timeout)
             except TimeoutError:
                 conn.close()
                 raise httpx.ReadTimeout(f"no response head within {self.read_timeout} s", request=request) from None
-            if not data:
+            if not segments:
                 if not buf:
                     raise _StaleConnection()
                 raise httpx.RemoteProtocolError("connection closed inside the response head", request=request)
-            buf += data
+            buf += b"".join(d for d, _ in segments)
+            arrival = segments[-1][1]
             end = buf.find(b"\r\n\r\n")
             if end >= 0:
                 break
@@ -354,8 +418,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
             mode, length = "length", 0
         else:
             mode, length, keep = "close", 0, False
-        stream = _Body(self, conn, mode, length, rest, keep)
-        ext: dict[str, Any] = {"http_version": version}
+        stream = _Body(self, conn, mode, length, (rest, arrival), keep)
+        ext: dict[str, Any] = {"http_version": version, "sskj_arrival": stream}
         return httpx.Response(status, headers=headers, stream=stream, extensions=ext)
 
     async def aclose(self) -> None:
@@ -363,6 +427,30 @@ class LeanTransport(httpx.AsyncBaseTransport):
             conn.close()
         self._all.clear()
         self._idle.clear()
+
+
+async def _dial(loop: asyncio.AbstractEventLoop, key: tuple[str, int]) -> socket.socket:
+    """A connected non-blocking TCP socket to ``key`` (every resolved address in turn, like
+    ``loop.create_connection``), with Nagle off."""
+    infos = await loop.getaddrinfo(key[0], key[1], type=socket.SOCK_STREAM)
+    errors: list[OSError] = []
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+        except OSError as exc:
+            sock.close()
+            errors.append(exc)
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    if len(errors) == 1:
+        raise errors[0]
+    raise OSError(f"could not connect to {key[0]}:{key[1]}: " + "; ".join(map(str, errors)))
 
 
 class _StaleConnection(Exception):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
+import threading
+import time
 
 import httpx
 import pytest
@@ -154,3 +157,48 @@ def test_when_every_idle_connection_went_stale_the_retry_dials_a_fresh_one() -> 
             assert conns == 3, f"expected exactly one new connection, saw {conns} in all"
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="kernel receive stamps (SO_TIMESTAMPNS) are Linux-only"
+)
+def test_a_read_the_busy_loop_gets_to_late_keeps_its_kernel_arrival_time() -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    url = f"http://127.0.0.1:{srv.getsockname()[1]}/stream"
+    sent: dict[str, float] = {}
+
+    def serve() -> None:
+        c, _ = srv.accept()
+        c.recv(65536)
+        c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        time.sleep(0.05)
+        sent["frame"] = time.perf_counter()
+        c.sendall(b"5\r\nhello\r\n")
+        time.sleep(0.6)
+        c.sendall(b"0\r\n\r\n")
+        c.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    got: list[tuple[bytes, float, float]] = []
+
+    async def main() -> None:
+        t = LeanTransport(1, read_timeout=10)
+        async with httpx.AsyncClient(transport=t) as client, client.stream("GET", url) as resp:
+            stamps = resp.extensions["sskj_arrival"]
+            time.sleep(0.4)  # noqa: ASYNC251 -- the loop is busy elsewhere on purpose: the frame waits in the socket
+            async for piece in resp.aiter_raw():
+                got.append((piece, stamps.arrival, time.perf_counter()))
+
+    asyncio.run(main())
+    th.join(5)
+    srv.close()
+    assert got and got[0][0] == b"hello", f"expected the frame 'hello' first, got {got}"
+    _, arrival, handed_up = got[0]
+    assert abs(arrival - sent["frame"]) < 0.05, (
+        f"the read must carry the time it arrived ({sent['frame']:.4f}), got {arrival:.4f} "
+        f"({(arrival - sent['frame']) * 1000:.1f} ms off)"
+    )
+    assert handed_up - arrival > 0.25, f"the loop got to the read {handed_up - arrival:.3f} s after it arrived"
