@@ -1,19 +1,65 @@
-"""Self-tests run with none of the user's pytest-sskj settings in the environment.
+"""Self-tests run with none of the user's pytest-sskj settings in the environment, and fast by default.
 
 A user's shell (or CI: ``.ci/run`` sets ``SSKJ_RUN_ID`` for the outer ``pytest unit/`` so the release mark can
 name the run) may carry ``SSKJ_*`` settings; the outer session honours them, but every test, and every pytester
 or subprocess run it starts, sees only what the test itself sets.  Infrastructure variables that are not settings
 (``SSKJ_REQUIRE_*``, ``SSKJ_VLLM_VENV``, ``SSKJ_SGLANG_PYTHON``, ``SSKJ_NETNS_*``, ...) are kept.
+
+``pytest unit/`` is the inner loop: the end-to-end checks marked ``slow`` (a real vLLM server, the real SGLang
+parsers, network-namespace SSH hosts, hangs waiting out the default 30 s stall timeout, signals mid-run, ...) are
+deselected unless ``--run-slow`` is given; ``.ci/run`` runs them as their own phase (``pytest unit/ --run-slow -m
+slow``).  The numerics, metrics, option parsing, oracle and the embedded engine's end-to-end tests stay in the
+inner loop.  Inner pytest runs (pytester, ``python -m pytest``) leave out the third-party plugins that none of them
+uses (hypothesis, anyio): loading them is most of a bare pytest start-up here.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pytest_sskj.options import OPTIONS
+
+RUN_SLOW = "--run-slow"
+SLOW_HINT = "pytest unit/ --run-slow -m slow"
+INNER_ADDOPTS = "-p no:hypothesispytest -p no:anyio"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        RUN_SLOW,
+        action="store_true",
+        default=False,
+        help=f"also run the slow end-to-end checks (marker 'slow'); CI runs them as their own phase: {SLOW_HINT}",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption(RUN_SLOW):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+    config.stash[_SLOW_DESELECTED] = len(slow)
+
+
+_SLOW_DESELECTED = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    n = config.stash.get(_SLOW_DESELECTED, 0)
+    if n:
+        terminalreporter.write_line(f"{n} slow end-to-end check(s) deselected; run them with: {SLOW_HINT}")
 
 
 @pytest.fixture(autouse=True)
 def _no_user_settings_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for opt in OPTIONS:
         monkeypatch.delenv(opt.env, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _lean_inner_pytest_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), INNER_ADDOPTS])))

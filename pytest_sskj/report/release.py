@@ -13,7 +13,9 @@ xfail or xpass, and no skip but those the release *scope* accepts.  Otherwise no
 "In full" is judged on the selection each run recorded in ``outcomes.json`` (args, ``-k``, ``-m``,
 ``--deselect``, ``--lf``, collected and deselected counts per suite): a required suite with any
 deselected test, a ``-k``/``-m`` expression, a path below the suite (``pytest unit/foundation``) or
-a collected test without an outcome (``-x``, an interrupted run) did not run in full.  Which skip
+a collected test without an outcome (``-x``, an interrupted run) did not run in full -- unless several runs
+given together ran all of the suite's collection between them (``pytest unit/`` and ``pytest unit/ --run-slow
+-m slow``, both finding the same tests).  Which skip
 reasons are acceptable is policy in ``release.toml``: ``[release.scopes.<name>]`` lists the
 ``accept_skip_reasons`` (regular expressions); the ``cpu`` scope accepts "hardware absent" skips and
 lists every one it accepted in the mark, the ``gpu`` scope accepts none, so a GPU release needs the
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_sskj.report.outcomes import load_outcomes
+from pytest_sskj.report.outcomes import load_outcomes, suite_of
 from pytest_sskj.report.results import read_results, read_verdicts
 from pytest_sskj.report.scrub import scrub
 from pytest_sskj.rundir import atomic_write_text
@@ -210,6 +212,30 @@ def _selection_reasons(selection: Mapping[str, Any], suite: str, ran: int) -> li
     return out
 
 
+def _covered_together(tests: Sequence[Mapping[str, Any]], selections: Sequence[Mapping[str, Any]], suite: str) -> bool:
+    """Whether several runs of ``suite`` ran it in full *together*: every run found the same collection
+    (selected + deselected + the plugin's not-applicable tests) and the tests with an outcome in any of them,
+    plus the not-applicable ones, are all of it -- e.g. ``pytest unit/`` (the inner loop, slow checks
+    deselected) and ``pytest unit/ --run-slow -m slow`` (just those).  One run alone is judged by its own
+    selection; ``--lf`` never counts as covering anything."""
+    if len(selections) < 2 or any(not sel or sel.get("lf") for sel in selections):
+        return False
+    totals = set()
+    not_applicable: set[str] = set()
+    for sel in selections:
+        na = {n for n in (sel.get("not_applicable") or {}) if suite_of(n) == suite}
+        not_applicable |= na
+        collected = (sel.get("collected") or {}).get(suite)
+        deselected = (sel.get("deselected") or {}).get(suite, 0)
+        if not isinstance(collected, int) or not isinstance(deselected, int):
+            return False
+        totals.add(collected + deselected + len(na))
+    if len(totals) != 1:
+        return False
+    ran = {str(t.get("nodeid")) for t in tests if t.get("suite") == suite}
+    return len(ran | not_applicable) >= totals.pop()
+
+
 def judge_tests(
     tests: Sequence[Mapping[str, Any]],
     config: ReleaseConfig,
@@ -239,7 +265,7 @@ def judge_tests(
         need = config.min_tests.get(suite, 1)
         if total < need:
             reasons.append(f"required suite {suite!r} ran {total} test(s); release.toml asks for at least {need}")
-        if selections is not None:
+        if selections is not None and not _covered_together(tests, selections.get(suite) or [], suite):
             for sel in selections.get(suite) or [{}]:
                 reasons += _selection_reasons(sel, suite, total)
     for t in sorted(tests, key=lambda t: str(t.get("nodeid"))):

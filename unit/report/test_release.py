@@ -367,3 +367,42 @@ def test_the_plugins_own_not_applicable_deselection_is_listed_not_a_partial_suit
     )
     sel = json.loads((pytester.path / "rep" / "k" / "outcomes.json").read_text())["selection"]
     assert sum(sel["deselected"].values()) == 1, f"a -k deselection (test_other) counts: {sel}"
+
+
+def test_inner_loop_and_slow_phase_together_are_the_suite_in_full(pytester: pytest.Pytester) -> None:
+    """CI runs ``pytest unit/`` (slow checks deselected) and ``pytest unit/ --run-slow -m slow`` as two sessions:
+    judged together they ran the whole suite (a release); either alone, or two runs that both miss a test, not."""
+    pytester.makepyfile(
+        **{
+            "unit/conftest.py": (
+                "import pytest\n"
+                "def pytest_addoption(parser):\n    parser.addoption('--run-slow', action='store_true')\n"
+                "def pytest_collection_modifyitems(config, items):\n"
+                "    if config.getoption('--run-slow'):\n        return\n"
+                "    slow = [i for i in items if i.get_closest_marker('slow')]\n"
+                "    config.hook.pytest_deselected(items=slow)\n"
+                "    items[:] = [i for i in items if i not in slow]\n"
+            ),
+            "unit/test_a.py": (
+                "import pytest\ndef test_fast():\n    pass\ndef test_other():\n    pass\n"
+                "@pytest.mark.slow\ndef test_slow():\n    pass\n"
+            ),
+        }
+    )
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makefile(".toml", release='[release]\nrequired_suites = ["unit"]\n')
+    opts = ("--reports-dir", "rep", "-p", "no:cacheprovider")
+    pytester.runpytest("unit", "--run-id", "fast", *opts).assert_outcomes(passed=2)
+    pytester.runpytest("unit", "--run-slow", "-m", "slow", "--run-id", "slow", *opts).assert_outcomes(passed=1)
+    pytester.runpytest("unit", "-k", "fast", "--run-id", "k", *opts).assert_outcomes(passed=1)
+    cfg = load_config(pytester.path / "release.toml")
+    out = mark(["fast", "slow"], "both", reports_dir=pytester.path / "rep", config=cfg)
+    assert json.loads(out.read_text())["counts"] == {"passed": 3}, "all three tests, from the two sessions"
+    with pytest.raises(ReleaseRefused) as alone:
+        mark("fast", "alone", reports_dir=pytester.path / "rep", config=cfg)
+    assert alone.value.reasons == ["required suite 'unit' did not run in full: 1 test(s) deselected"]
+    with pytest.raises(ReleaseRefused) as gap:
+        mark(["slow", "k"], "gap", reports_dir=pytester.path / "rep", config=cfg)
+    assert "required suite 'unit' did not run in full: selected with -k 'fast'" in gap.value.reasons, (
+        f"test_other ran in neither session: expected a refusal naming the -k run, got {gap.value.reasons}"
+    )
