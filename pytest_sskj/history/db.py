@@ -14,46 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sskj.history import tables as t
+from pytest_sskj.history.urls import DEFAULT_NAME, display_url, resolve_url
 from pytest_sskj.records import METRIC_FIELDS
 from pytest_sskj.rundir import jsonable
 
 __all__ = ["DEFAULT_NAME", "ResultsDB", "display_url", "resolve_url", "run_record"]
-
-DEFAULT_NAME = "results.sqlite"
-_DIALECTS = ("sqlite", "postgresql")
-
-
-def resolve_url(setting: str | None, reports_dir: Path) -> str | None:
-    """The SQLAlchemy URL for ``--sskj-db`` (``None``: the default SQLite file; ``none``: no database).
-
-    A plain path is a SQLite file; ``postgresql://`` uses psycopg 3.  Raises ``ValueError`` (with what is
-    accepted) for anything else."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    if setting is None or not setting.strip():
-        return f"sqlite:///{(Path(reports_dir) / DEFAULT_NAME).resolve()}"
-    text = setting.strip()
-    if text.lower() == "none":
-        return None
-    if "://" not in text:
-        return f"sqlite:///{Path(text).expanduser().resolve()}"
-    try:
-        url = make_url(text)
-    except ArgumentError:
-        raise ValueError(f"{display_url(text)!r} is not a database URL") from None
-    if url.get_backend_name() not in _DIALECTS:
-        raise ValueError(f"{display_url(text)!r}: database {url.get_backend_name()!r} is not supported")
-    if url.drivername == "postgresql":
-        url = url.set(drivername="postgresql+psycopg")
-    return url.render_as_string(hide_password=False)
-
-
-def display_url(url: str) -> str:
-    """``url`` with its password replaced (safe for terminals, logs, reports and manifests)."""
-    from pytest_sskj.report.redact import redact_url
-
-    return redact_url(url)
 
 
 def _num(v: Any) -> int | None:

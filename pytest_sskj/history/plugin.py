@@ -59,7 +59,7 @@ class HistoryRecorder:
         self.gate = BaselineGate(margin_pct=settings.regression_margin_pct)
 
     def _url_password(self) -> tuple[str, ...]:
-        if not self.url:
+        if not self.url or self.url.startswith("sqlite"):  # a file URL has no password (and needs no parser)
             return ()
         from sqlalchemy.engine import make_url
 
@@ -68,7 +68,7 @@ class HistoryRecorder:
 
     @property
     def display(self) -> str:
-        from pytest_sskj.history.db import display_url
+        from pytest_sskj.history.urls import display_url
 
         return display_url(self.url) if self.url else "none"
 
@@ -242,7 +242,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None or config.pluginmanager.has_plugin(RECORDER):
         return
-    from pytest_sskj.history.db import resolve_url
+    from pytest_sskj.history.urls import resolve_url
 
     try:
         url = resolve_url(settings.db, settings.reports_dir)

@@ -90,7 +90,7 @@ def wait_healthy(
     timeout_s: float,
     oracle: LogOracle | None = None,
     poll_s: float = 0.05,
-    max_poll_s: float = 2.0,
+    max_poll_s: float = 0.25,
     probe_timeout_s: float = 5.0,
     label: str = "server",
 ) -> HealthReport:

@@ -21,6 +21,9 @@ ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
 GATES = "first_token_agreement_frac>=0.9,mean_prefix_match_frac>=0.9"
 
 
+pytestmark = pytest.mark.slow  # every embedded variant served end to end
+
+
 def _verdict(reports: Path, run_id: str, comp: str) -> dict[str, Any]:
     path = reports / run_id / "verdicts" / f"comparison-{comp}.json"
     assert path.is_file(), f"expected the comparison verdict {path}"

@@ -100,6 +100,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         handle.terminate(60.0)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_vllm_dialect_returns_the_generated_ids_exactly(vllm: str) -> None:
     d = DIALECTS["openai-token-ids"]
@@ -115,6 +116,7 @@ def test_vllm_dialect_returns_the_generated_ids_exactly(vllm: str) -> None:
     assert det.json()["prompt"] == choice["text"], f"the ids must be the generated ones: {det.text} vs {choice}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_vllm_aa_control_at_two_batch_sizes_is_measured(vllm: str) -> None:
     ps = probe_set(42, 32, isl=512, osl=16)

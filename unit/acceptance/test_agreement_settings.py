@@ -42,7 +42,7 @@ def test_profile_sets_the_gate_and_the_command_line_wins(
 )
 def test_bad_gate_is_a_usage_error_at_parse_time(pytester: pytest.Pytester, value: str, says: str) -> None:
     pytester.makepyfile("def test_x(): pass")
-    result = pytester.runpytest_subprocess("--sskj-agreement-min", value, "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("--sskj-agreement-min", value, "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     err = result.stderr.str()
     assert "--sskj-agreement-min on the command line" in err and says in err, err

@@ -31,14 +31,13 @@ USERS_COMMAND = (
 
 
 def test_users_command_lists_36_points_6_comparisons_and_per_node_commands(pytester: pytest.Pytester) -> None:
-    res = pytester.runpytest_subprocess(
+    res = pytester.runpytest_inprocess(
         str(ACCEPTANCE),
         *USERS_COMMAND,
         "-p",
         "no:cacheprovider",
         "--reports-dir",
         str(pytester.path / "reports"),
-        timeout=120,
     )
     lines = res.stdout.lines
     serving = [ln for ln in lines if "test_serving.py::test_serving[" in ln]

@@ -17,6 +17,8 @@ import pytest
 
 from pytest_sskj.testing.stalling import Handler, drips, never_answers, serve
 
+pytestmark = pytest.mark.slow  # hangs waiting out the default 30 s stall timeout, end to end
+
 ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
 BOUND_S = 60.0
 

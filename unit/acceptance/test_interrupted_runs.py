@@ -38,6 +38,7 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_mid_run_leaves_an_interrupted_manifest_and_the_finished_points(
     tmp_path: Path, sig: signal.Signals

@@ -92,6 +92,7 @@ def pytest_runtest_setup(item):
 """
 
 
+@pytest.mark.slow
 def test_server_killed_mid_point_fails_it_and_skips_the_rest_of_its_config(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -137,6 +138,7 @@ def pytest_sskj_server_commands(config, spec):
 """
 
 
+@pytest.mark.slow
 def test_variant_that_cannot_start_fails_once_with_its_log_and_is_not_retried(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,6 +156,7 @@ def test_variant_that_cannot_start_fails_once_with_its_log_and_is_not_retried(
     assert "illegal instruction" in row["reasons"][0], "the launch log excerpt belongs in the message"
 
 
+@pytest.mark.slow
 def test_slo_violation_and_failing_comparison_give_their_verdicts_and_messages(pytester: pytest.Pytester) -> None:
     res = _run(
         pytester,
@@ -227,6 +230,7 @@ def test_default_comparison_is_recorded_and_resume_repeats_no_point(pytester: py
     assert len(logs) == 4, f"the resumed run must start no server (2 variants x 2 repeats, interleaved): {logs}"
 
 
+@pytest.mark.slow
 def test_search_writes_steps_and_resume_repeats_nothing(pytester: pytest.Pytester) -> None:
     args = (
         "-k",
@@ -279,6 +283,7 @@ def pytest_runtest_setup(item):
 """
 
 
+@pytest.mark.slow
 def test_hung_server_is_bounded_by_pytest_timeout_torn_down_and_its_config_not_run(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

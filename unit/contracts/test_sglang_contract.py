@@ -78,6 +78,9 @@ PLATFORM = {
 }
 
 
+pytestmark = pytest.mark.slow  # the real sglang package's parser and resolution, in its own venv
+
+
 def _sglang_python() -> str:
     explicit = os.environ.get("SSKJ_SGLANG_PYTHON")
     if explicit:

@@ -10,10 +10,10 @@ ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
 
 
 def test_h20_style_layout_job_prints_the_matrix_and_every_layouts_commands(pytester: pytest.Pytester) -> None:
-    res = pytester.runpytest_subprocess(
+    res = pytester.runpytest_inprocess(
         str(ACCEPTANCE), "--profile", "h20/dsv4-sglang-matrix", "--model-path", "/models/DSV4-Flash",
         "--layout", "tp2dp4,tp4dp2,tp8dp1", "--isl", "1K,16K", "--osl", "128,1", "--chunk", "8K",
-        "--sskj-dry-run", "-p", "no:cacheprovider", "--reports-dir", str(pytester.path / "reports"), timeout=120,
+        "--sskj-dry-run", "-p", "no:cacheprovider", "--reports-dir", str(pytester.path / "reports"),
     )  # fmt: skip
     out = res.stdout.str()
     assert res.ret == 0, out[-3000:]

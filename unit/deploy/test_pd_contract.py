@@ -39,9 +39,9 @@ def _python_with(module: str, env: str, *cands: str) -> str:
 
 
 def _dry_run_lines(pytester: pytest.Pytester) -> list[str]:
-    res = pytester.runpytest_subprocess(
+    res = pytester.runpytest_inprocess(
         str(ACCEPTANCE), "--profile", "pro6000/kimi3-sglang-pd", "--sskj-dry-run", "-p", "no:cacheprovider",
-        "--reports-dir", str(pytester.path / "reports"), timeout=120,
+        "--reports-dir", str(pytester.path / "reports"),
     )  # fmt: skip
     assert res.ret == 0, res.stdout.str()[-3000:]
     return [ln.strip() for ln in res.stdout.lines]
@@ -81,6 +81,7 @@ def test_pd_dry_run_prints_the_seeds_groups_and_the_router(pytester: pytest.Pyte
     assert router[router.index("--decode") + 1] == "http://605:30000"
 
 
+@pytest.mark.slow
 def test_pd_router_command_passes_the_real_sglang_router_parser(pytester: pytest.Pytester) -> None:
     py = _python_with("sglang_router", "SSKJ_ROUTER_PYTHON", "/work/venv-router/bin/python")
     _, router = _commands(_dry_run_lines(pytester))
@@ -103,6 +104,7 @@ def test_pd_router_command_passes_the_real_sglang_router_parser(pytester: pytest
     }, got
 
 
+@pytest.mark.slow
 def test_pd_group_commands_pass_the_real_sglang_server_args_parser(pytester: pytest.Pytester) -> None:
     py = _python_with("sglang.srt.server_args", "SSKJ_SGLANG_PYTHON", "/work/venv-sglang/bin/python")
     groups, _ = _commands(_dry_run_lines(pytester))

@@ -47,7 +47,10 @@ NETNS_PREFIX = "sskjnode"
 
 
 REQUIRED = os.environ.get("SSKJ_REQUIRE_NETNS", "") == "1"
-pytestmark = pytest.mark.skipif(not REQUIRED and netns_skip_reason() is not None, reason=netns_skip_reason() or "")
+pytestmark = [
+    pytest.mark.slow,  # eight real sshd hosts in network namespaces and the real router
+    pytest.mark.skipif(not REQUIRED and netns_skip_reason() is not None, reason=netns_skip_reason() or ""),
+]
 
 
 def _tool(*args: str) -> subprocess.CompletedProcess[str]:

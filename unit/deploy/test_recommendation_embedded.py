@@ -40,6 +40,9 @@ server_args = ["--batch", "0"]
 """
 
 
+pytestmark = pytest.mark.slow  # a two-layout, two-shape embedded acceptance run
+
+
 def test_two_layouts_two_shapes_end_with_a_recommendation_table_and_plot(pytester: pytest.Pytester) -> None:
     prof = pytester.path / "layouts.toml"
     prof.write_text(PROFILE)

@@ -18,6 +18,9 @@ pytest.importorskip("xllamacpp")
 ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
 
 
+pytestmark = pytest.mark.slow  # the real sglang-router in front of two embedded groups
+
+
 def _router_python() -> str:
     cands = [os.environ.get("SSKJ_ROUTER_PYTHON", ""), sys.executable, "/work/venv-router/bin/python"]
     for py in cands:

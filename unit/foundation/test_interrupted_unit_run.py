@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 OUTER = """
@@ -32,6 +34,7 @@ def _inner_pids(marker: str) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_sigint_to_the_outer_pytest_stops_it_within_10_s_and_kills_the_inner_one(tmp_path: Path) -> None:
     (tmp_path / "test_outer.py").write_text(OUTER)
     (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text())  # the repository's pytester glue

@@ -80,6 +80,7 @@ def test_every_option_is_a_settings_field() -> None:
     assert {o.dest for o in OPTIONS} <= fields
 
 
+@pytest.mark.slow
 def test_xdist_workers_share_the_controllers_run_id(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

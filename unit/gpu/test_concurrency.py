@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # xdist workers and a second session contending for leases
+
 CONFTEST = """
 import os, time
 from pathlib import Path

@@ -112,7 +112,7 @@ def test_bad_baseline_and_database_options_are_usage_errors(pytester: pytest.Pyt
     make_run(reports, "runA", [100.0])
     pytester.makepyfile(test_x="def test_x(): pass")
     common = ["--reports-dir", str(reports), "-p", "no:cacheprovider"]
-    res = pytester.runpytest_subprocess("--sskj-baseline", "runA", "--isl", "1024", *common)
+    res = pytester.runpytest_inprocess("--sskj-baseline", "runA", "--isl", "1024", *common)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(
         [
@@ -120,10 +120,10 @@ def test_bad_baseline_and_database_options_are_usage_errors(pytester: pytest.Pyt
             "ISL 512 / OSL 16, this run ISL 1024 / OSL 16*"
         ]
     )
-    res = pytester.runpytest_subprocess("--sskj-baseline", "v7", *common)
+    res = pytester.runpytest_inprocess("--sskj-baseline", "v7", *common)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--sskj-baseline v7: no release tag or run id 'v7'*latest runs: runA*"])
-    res = pytester.runpytest_subprocess("--sskj-db", "mysql://u:hunter22@h/d", *common)
+    res = pytester.runpytest_inprocess("--sskj-db", "mysql://u:hunter22@h/d", *common)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--sskj-db: 'mysql://u:***REDACTED***@h/d': database 'mysql' is not supported*"])
     assert "hunter22" not in res.stderr.str()

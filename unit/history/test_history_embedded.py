@@ -17,6 +17,9 @@ from pytest_sskj.__main__ import main
 ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
 
 
+pytestmark = pytest.mark.slow  # two full embedded acceptance runs, the database and the gate
+
+
 def _acceptance(pytester: pytest.Pytester, run_id: str, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
         str(ACCEPTANCE),

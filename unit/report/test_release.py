@@ -347,7 +347,7 @@ def test_the_plugins_own_not_applicable_deselection_is_listed_not_a_partial_suit
     """The baseline gate without --sskj-baseline is deselected by the plugin: outcomes.json lists it as not
     applicable (with the reason) and does not count it as a user's deselection; a -k deselection still counts."""
     pytester.makepyfile(
-        test_gate="""
+        test_baseline_na="""
         def test_baseline(sskj_baseline_config):  # parametrized by the plugin with the run's configurations
             pass
 
@@ -355,14 +355,14 @@ def test_the_plugins_own_not_applicable_deselection_is_listed_not_a_partial_suit
             pass
         """
     )
-    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--reports-dir", "rep", "--run-id", "na")
+    res = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--reports-dir", "rep", "--run-id", "na")
     outcomes = res.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("deselected", 0) >= 1, outcomes
     sel = json.loads((pytester.path / "rep" / "na" / "outcomes.json").read_text())["selection"]
     assert sel["deselected"] == {}, f"the plugin's own deselection is not a user's: {sel}"
     assert len(sel["not_applicable"]) == outcomes["deselected"], sel["not_applicable"]
     assert all("test_baseline[" in n and "--sskj-baseline" in w for n, w in sel["not_applicable"].items())
-    res = pytester.runpytest_subprocess(
+    res = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "--reports-dir", "rep", "--run-id", "k", "-k", "baseline"
     )
     sel = json.loads((pytester.path / "rep" / "k" / "outcomes.json").read_text())["selection"]

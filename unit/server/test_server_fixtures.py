@@ -104,6 +104,7 @@ def test_e_fails(inference_server):
     assert json.loads((pytester.path / "reports" / "r1" / "logs" / "pool-teardown.json").read_text())["clean"]
 
 
+@pytest.mark.slow
 def test_sigterm_closes_the_pool_then_dies_of_sigterm(pytester: pytest.Pytester, env_out: Path) -> None:
     pytester.makepyfile(
         RECORDER
@@ -122,6 +123,7 @@ def test_killed(inference_server):
     assert pids and not [p for p in pids if _alive(p)], f"processes left after SIGTERM: {pids}"
 
 
+@pytest.mark.slow
 def test_ctrl_c_tears_the_servers_down(pytester: pytest.Pytester, env_out: Path) -> None:
     pytester.makepyfile(
         RECORDER
@@ -138,6 +140,7 @@ def test_interrupted(inference_server):
     assert pids and not [p for p in pids if _alive(p)], f"processes left after Ctrl-C: {pids}"
 
 
+@pytest.mark.slow
 def test_a_timed_out_test_gets_a_fresh_server_for_the_next(pytester: pytest.Pytester, env_out: Path) -> None:
     pytester.makepyfile(
         RECORDER
@@ -160,6 +163,7 @@ def test_next(inference_server):
     assert "the test timed out: server microbatch-chunk512 was stopped" in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_xdist_workers_have_their_own_pools_and_ports(pytester: pytest.Pytester, env_out: Path) -> None:
     pytester.makepyfile(
         RECORDER
@@ -182,6 +186,7 @@ def test_w(inference_server, i):
     assert not [p for p in _all_pids(recs) if _alive(p)]
 
 
+@pytest.mark.slow
 def test_reaper_stops_servers_when_pytest_dies_without_teardown(pytester: pytest.Pytester, env_out: Path) -> None:
     """pytest-timeout's thread method ends pytest with os._exit: no teardown runs, the reaper must act."""
     pytester.makepyfile(

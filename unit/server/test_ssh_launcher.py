@@ -49,7 +49,10 @@ NETNS_PREFIX = "sskjnode"
 
 # CI sets SSKJ_REQUIRE_NETNS=1 so that missing prerequisites fail these tests instead of skipping them
 REQUIRED = os.environ.get("SSKJ_REQUIRE_NETNS", "") == "1"
-pytestmark = pytest.mark.skipif(not REQUIRED and netns_skip_reason() is not None, reason=netns_skip_reason() or "")
+pytestmark = [
+    pytest.mark.slow,  # four real sshd hosts in network namespaces
+    pytest.mark.skipif(not REQUIRED and netns_skip_reason() is not None, reason=netns_skip_reason() or ""),
+]
 
 
 @dataclass

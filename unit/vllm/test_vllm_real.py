@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = os.environ.get("SSKJ_REQUIRE_VLLM", "") == "1"
 
 
+pytestmark = pytest.mark.slow  # a real vLLM server (a minute or more to load on a CPU box)
+
+
 def _venv() -> tuple[Path, Path]:
     venv = os.environ.get("SSKJ_VLLM_VENV", "")
     reason = None
