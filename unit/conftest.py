@@ -52,6 +52,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if item.get_closest_marker("slow") is None]
     config.stash[_SLOW_DESELECTED] = len(slow)
+    if hasattr(config, "workeroutput"):  # an xdist worker: the controller prints the line
+        config.workeroutput["slow_deselected"] = len(slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    n = getattr(node, "workeroutput", {}).get("slow_deselected")
+    if isinstance(n, int):
+        config: pytest.Config = node.config  # type: ignore[attr-defined]
+        config.stash[_SLOW_DESELECTED] = n
 
 
 _SLOW_DESELECTED = pytest.StashKey[int]()
@@ -63,6 +73,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     phase -- then walks only what was allocated since, not the hundreds of thousands of objects of the
     session (measured: 143 collections took 35 s of a 150 s run before)."""
     gc.collect()
+    gc.freeze()
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Freeze again after every test (O(1)): the bench runner unfreezes the heap after its measured phase."""
     gc.freeze()
 
 

@@ -277,9 +277,6 @@ async def arun_bench(
         monitor = SaturationMonitor(thresholds=thresholds)
         # Everything allocated so far (prompts, payloads, the client) is moved out of the collector's reach,
         # so a full collection during the measured phase only walks new objects: fewer long loop stalls.
-        # A host that froze its own heap already (a test session does) keeps it frozen: unfreezing would hand
-        # all of it back to the collector; what this run froze is still freed by reference counting.
-        host_froze = gc.get_freeze_count() > 0
         gc.collect()
         gc.freeze()
         monitor.start()
@@ -287,8 +284,7 @@ async def arun_bench(
             records = await point.run_phase(measured, monitor=monitor, progress=progress)
         finally:
             await monitor.stop()
-            if not host_froze:
-                gc.unfreeze()
+            gc.unfreeze()
     metrics = compute_metrics(records, max_concurrency=workload.concurrency)
     client_bound, evidence = monitor.verdict(
         ttft_p50_ms=_num(metrics.get("median_ttft_ms")), e2e_p50_ms=_num(metrics.get("median_e2e_latency_ms"))

@@ -211,7 +211,10 @@ class Reporter:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Record the exact selection of this run in ``outcomes.json`` (release marking judges it)."""
-        if self.is_worker or not self.enabled:
+        if self.is_worker:
+            self._send_selection(session)
+            return
+        if not self.enabled:
             return
         from pytest_sskj.report.outcomes import suite_of
         from pytest_sskj.report.scrub import scrub_text
@@ -237,6 +240,37 @@ class Reporter:
         )
         self.outcomes.selection.setdefault("deselected", {})
         self.outcomes.selection.setdefault("not_applicable", {})
+
+    def _send_selection(self, session: pytest.Session) -> None:
+        """On an xdist worker: what it collected and deselected, for the controller (which collects nothing
+        itself: a deselection made at collection -- a conftest's, the plugin's own -- happens only here)."""
+        from pytest_sskj.report.outcomes import suite_of
+
+        out = getattr(self.config, "workeroutput", None)
+        if out is None:
+            return
+        collected: dict[str, int] = {}
+        for it in session.items:
+            collected[suite_of(it.nodeid)] = collected.get(suite_of(it.nodeid), 0) + 1
+        sel = self.outcomes.selection
+        out["sskj_selection"] = {
+            "collected": collected,
+            "deselected": dict(sel.get("deselected") or {}),
+            "not_applicable": dict(sel.get("not_applicable") or {}),
+        }
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """xdist controller: take the collection and deselections a worker reported (every worker collects the
+        same tests, so the first report is the run's) into ``outcomes.json``."""
+        got = getattr(node, "workeroutput", {}).get("sskj_selection")
+        sel = self.outcomes.selection
+        if not got or sel.get("worker_collection"):
+            return
+        sel["worker_collection"] = True
+        sel["collected"] = dict(got.get("collected") or {})
+        sel["deselected"] = dict(got.get("deselected") or {})
+        sel.setdefault("not_applicable", {}).update(got.get("not_applicable") or {})
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

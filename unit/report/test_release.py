@@ -347,7 +347,7 @@ def test_the_plugins_own_not_applicable_deselection_is_listed_not_a_partial_suit
     """The baseline gate without --sskj-baseline is deselected by the plugin: outcomes.json lists it as not
     applicable (with the reason) and does not count it as a user's deselection; a -k deselection still counts."""
     pytester.makepyfile(
-        test_baseline_na="""
+        test_na_gate="""
         def test_baseline(sskj_baseline_config):  # parametrized by the plugin with the run's configurations
             pass
 
@@ -369,9 +369,13 @@ def test_the_plugins_own_not_applicable_deselection_is_listed_not_a_partial_suit
     assert sum(sel["deselected"].values()) == 1, f"a -k deselection (test_other) counts: {sel}"
 
 
-def test_inner_loop_and_slow_phase_together_are_the_suite_in_full(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_inner_loop_and_slow_phase_together_are_the_suite_in_full(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
     """CI runs ``pytest unit/`` (slow checks deselected) and ``pytest unit/ --run-slow -m slow`` as two sessions:
-    judged together they ran the whole suite (a release); either alone, or two runs that both miss a test, not."""
+    judged together they ran the whole suite (a release); either alone, or two runs that both miss a test, not.
+    Under xdist the deselection happens on the workers only: it must reach outcomes.json all the same."""
     pytester.makepyfile(
         **{
             "unit/conftest.py": (
@@ -392,7 +396,7 @@ def test_inner_loop_and_slow_phase_together_are_the_suite_in_full(pytester: pyte
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
     pytester.makefile(".toml", release='[release]\nrequired_suites = ["unit"]\n')
     opts = ("--reports-dir", "rep", "-p", "no:cacheprovider")
-    pytester.runpytest("unit", "--run-id", "fast", *opts).assert_outcomes(passed=2)
+    pytester.runpytest("unit", "--run-id", "fast", *opts, *workers).assert_outcomes(passed=2)
     pytester.runpytest("unit", "--run-slow", "-m", "slow", "--run-id", "slow", *opts).assert_outcomes(passed=1)
     pytester.runpytest("unit", "-k", "fast", "--run-id", "k", *opts).assert_outcomes(passed=1)
     cfg = load_config(pytester.path / "release.toml")
