@@ -53,16 +53,29 @@ def verdict_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def overhead_line(rows: Sequence[Mapping[str, Any]], starts: Mapping[str, int] | None, wall_s: float) -> str:
-    """Where the session's time went: server starts vs distinct server configurations, and the session's wall
-    time vs the benchmark time its points measured (the bench ``duration`` of every row, search steps included).
+    """Where the session's time went: server starts vs the server runs the session needed, and the session's
+    wall time vs the benchmark time its points measured (the bench ``duration`` of every row, search steps
+    included).
 
-    Under A B A B interleaving every repeat is its own server run (the unit of replication), so starts exceed
-    configurations by design there; grouped runs start each configuration once.
+    A server run is one (configuration, repeat): every repeat is its own server run (the unit of replication),
+    and the points of one repeat share it.  So the starts must equal the distinct (``spec_key``, ``repeat``)
+    pairs the measured rows name; a start beyond them (a restart between points of one repeat) is redundant and
+    counted as such.
     """
     bench_s = sum(float(d) for r in rows if isinstance(d := r.get("duration"), (int, float)) and d > 0)
     parts = []
     if starts is not None:
-        parts.append(f"{sum(starts.values())} server start(s) for {len(starts)} distinct server configuration(s)")
+        total = sum(starts.values())
+        runs = {(str(r["spec_key"]), r.get("repeat")) for r in rows if r.get("spec_key") and r.get("duration")}
+        if runs:
+            configs = len({k for k, _ in runs})
+            redundant = max(0, total - len(runs))
+            parts.append(
+                f"{total} server start(s) for {len(runs)} server run(s) ({configs} distinct server configuration(s)"
+                f" x their repeats; every repeat is its own server run), {redundant} redundant"
+            )
+        else:
+            parts.append(f"{total} server start(s) for {len(starts)} distinct server configuration(s)")
     ratio = f"{wall_s / bench_s:.2f}x" if bench_s > 0 else "n/a"
     parts.append(f"session wall {wall_s:.1f} s vs {bench_s:.1f} s measured benchmark time ({ratio})")
     return "overhead: " + "; ".join(parts)

@@ -169,3 +169,10 @@ def test_overhead_line_counts_server_starts_configurations_and_wall_vs_benchmark
         "session wall 11.0 s vs 5.0 s measured benchmark time (2.20x)"
     ), line
     assert overhead_line([], None, 1.0) == "overhead: session wall 1.0 s vs 0.0 s measured benchmark time (n/a)"
+    # two configurations x two repeats, two points (C) per repeat sharing its server run
+    runs = [{"spec_key": k, "repeat": r, "duration": 1.0} for k in "ab" for r in (1, 2) for _ in range(2)]
+    assert overhead_line(runs, {"a": 2, "b": 2}, 10.0).startswith(
+        "overhead: 4 server start(s) for 4 server run(s) (2 distinct server configuration(s) x their repeats; "
+        "every repeat is its own server run), 0 redundant; session wall 10.0 s vs 8.0 s"
+    )
+    assert ", 2 redundant;" in overhead_line(runs, {"a": 3, "b": 3}, 10.0), "a restart inside a repeat is redundant"
