@@ -272,6 +272,12 @@ def search_plot_name(index: int, verdict: Mapping[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", raw) + ".png"
 
 
+def chunk_curve_plot_name(verdict: Mapping[str, Any]) -> str:
+    """``chunk_curve_marlin_c16.png``: one per chunk-curve verdict (backend, concurrency)."""
+    raw = f"chunk_curve_{verdict.get('backend')}_c{verdict.get('concurrency')}"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", raw) + ".png"
+
+
 def render_all(
     run_dir: Path,
     rows: Sequence[Mapping[str, Any]],
@@ -289,4 +295,7 @@ def render_all(
     written.append(plot_ttft_cdf({b: ttft_samples(ps) for b, ps in files.items()}, plots / "ttft_cdf.png"))
     for i, v in enumerate(x for x in verdicts if x.get("kind") == "search"):
         written.append(plot_search(v, plots / search_plot_name(i, v), slo))
+    for v in verdicts:
+        if v.get("kind") == "chunk_curve":
+            written.append(plot_chunk_curve(v, plots / chunk_curve_plot_name(v), rows))
     return [p for p in written if p is not None]

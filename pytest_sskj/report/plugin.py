@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import Any
@@ -130,7 +129,11 @@ class Reporter:
         self._summary(plots=False)
 
     def _attach_verdict_plot(self, verdict: Mapping[str, Any]) -> None:
-        """Draw the plot a verdict is about into ``plots/`` and attach it to the running test."""
+        """Draw the plot a verdict is about into ``plots/`` and attach it to the running test -- only when Allure
+        records this session: ``plots/`` is drawn in full at the session's end anyway (a crashed run's with
+        ``report summary``), and drawing each verdict's plot twice cost 2-3 s of a 60 s default run."""
+        if not sskj_allure.active():
+            return
         from pytest_sskj.report import plots
 
         kind = verdict.get("kind")
@@ -143,10 +146,7 @@ class Reporter:
                     verdict, out / plots.search_plot_name(max(n, 0), verdict), [str(g) for g in self.settings.slo]
                 )
             elif kind == "chunk_curve":
-                name = re.sub(
-                    r"[^A-Za-z0-9_.-]", "_", f"chunk_curve_{verdict.get('backend')}_c{verdict.get('concurrency')}"
-                )
-                path = plots.plot_chunk_curve(verdict, out / f"{name}.png", self.writer.rows())
+                path = plots.plot_chunk_curve(verdict, out / plots.chunk_curve_plot_name(verdict), self.writer.rows())
             elif kind == "comparison":
                 path = plots.plot_ttft_vs_concurrency(self.writer.rows(), out / "ttft_vs_concurrency.png")
         except Exception as exc:  # a plot must never fail the test it illustrates

@@ -143,12 +143,19 @@ def test_render_all_writes_every_plot_it_has_data_for(tmp_path: Path) -> None:
             "threshold": 3000,
             "best_concurrency": 16,
             "steps": [{"concurrency": 16, "value": 2000.0, "passed": True}],
-        }
+        },
+        {
+            "kind": "chunk_curve",
+            "backend": "marlin",
+            "concurrency": 8,
+            "points": [{"chunk": 4096, "input_tps": 100.0}, {"chunk": 8192, "input_tps": 120.0}],
+        },
     ]
     rows = [dict(r) for r in ROWS]  # the rows name their per-request files (schema sskj-row/2)
     rows[0]["request_file"] = "points/marlin-chunk4096-c8-r0/requests.jsonl"
     written = render_all(tmp_path, rows, verdicts)
     assert sorted(p.name for p in written) == [
+        "chunk_curve_marlin_c8.png",  # drawn at the end too: the verdict-time plot is drawn only for Allure
         "search_0_marlin_8192.png",
         "throughput_vs_chunk.png",
         "ttft_cdf.png",

@@ -377,7 +377,7 @@ def test_lost_connection_resumes_the_log_stream_without_gaps_and_keeps_the_exit_
     code = "import time\nfor i in range(3000):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.02)"
     cmd = NodeCommand(N3, 0, (sys.executable, "-c", code))
     (h,) = launcher.start_many([(cmd, tmp_path / "logs" / N3 / "rank0.log")])
-    _wait_for(lambda: "tick 20\n" in h.log_path.read_text(), 15, "the first ticks")
+    _wait_for(lambda: h.log_path.is_file() and "tick 20\n" in h.log_path.read_text(), 15, "the first ticks")
     os.killpg(h._proc.pid, signal.SIGKILL)  # the client end of the connection dies; the rank must not
     _wait_for(lambda: h._proc.poll() is not None, 5, "the local ssh to exit")
     assert h.poll() is None, "the rank still runs on 604: poll() must say so"
