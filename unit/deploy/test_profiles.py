@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -96,24 +92,22 @@ def test_missing_layer_file_lists_known_layers(pytester: pytest.Pytester) -> Non
     res.stderr.fnmatch_lines(["*layers.platform = 'nochip' names no file*known platform layers: chip*"])
 
 
-def _dry_run(name: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "pytest", str(ACCEPTANCE), "--profile", name, "--sskj-dry-run"]
-    args += ["-p", "no:cacheprovider", "--reports-dir", str(cwd / "reports" / name.replace("/", "-"))]
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
-
-
 def test_every_shipped_profile_resolves_and_dry_runs(pytester: pytest.Pytester) -> None:
     shipped = list_profiles([ROOT])
     assert len(shipped) >= 10, f"expected the seeds' profiles to ship, found {[n for n, _ in shipped]}"
-    # one dry run per profile, as many at a time as there are cores (a dry run launches nothing)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        names = [n for n, _ in shipped]
-        runs = dict(zip(names, pool.map(lambda n: _dry_run(n, pytester.path), names), strict=True))
-    for name, res in runs.items():
-        out = res.stdout
-        assert res.returncode == 0, (
-            f"profile {name}: dry run exited {res.returncode}\n{out[-2000:]}\n{res.stderr[-2000:]}"
+    for name, _ in shipped:  # in-process: a dry run launches nothing, a subprocess would only add start-up
+        res = pytester.runpytest_inprocess(
+            str(ACCEPTANCE),
+            "--profile",
+            name,
+            "--sskj-dry-run",
+            "-p",
+            "no:cacheprovider",
+            "--reports-dir",
+            str(pytester.path / "reports" / name.replace("/", "-")),
         )
+        out = res.stdout.str()
+        assert res.ret == 0, f"profile {name}: dry run exited {res.ret}\n{out[-2000:]}\n{res.stderr.str()[-2000:]}"
         assert "nothing is launched" in out and "test matrix" in out, f"profile {name}: no plan printed"
         if name.endswith("-matrix"):
             assert "layouts: " in out and "recommendation: " in out, f"profile {name}: no layout matrix in the plan"
