@@ -24,7 +24,7 @@ def test_ci_runs_exactly_the_readme_commands() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install torch==2.13.0" in readme and "python -m pip install -q torch==2.13.0" in ci
     assert 'pip install -e ".[dev]"' in readme and 'pip install -q -e ".[dev]"' in ci
-    for command in ("pytest -n auto unit/", "pytest unit/ --run-slow -m slow"):
+    for command in ("pytest -n auto --dist worksteal unit/", "pytest unit/ --run-slow -m slow"):
         assert f"\n{command}" in readme and f"\n{command}\n" in ci, f"README and .ci/run must both run {command!r}"
     assert "\npytest acceptance/\n" in readme and "pytest acceptance/ --run-id" in ci
 
