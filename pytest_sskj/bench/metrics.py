@@ -11,8 +11,8 @@ Per request ``i``:
   arrived.  A frame with no content token (role-only, usage-only, empty text) does not stop the clock.
   "Arrived" is the kernel's receive time of the read (``SO_TIMESTAMPNS``, plain ``http://`` on Linux,
   moved onto the ``perf_counter`` clock), so the client's own event-loop backlog is not in the figure;
-  elsewhere (``https://``, other platforms) the time the transport handed the read up.  Every read
-  time below (``t_k``, ``t_end``) is stamped the same way.
+  elsewhere (``https://``, other platforms) the time the transport handed the read up.  The read
+  times below (``t_k``; ``t_end`` at ``[DONE]``) are stamped the same way.
 - ``E2E_i = t_end - t_send``: ``t_end`` is when the stream ended (``[DONE]`` or connection close).
 - ``n_i`` = the server's ``completion_tokens`` (the oracle requires it).
 - ``TPOT_i = (E2E_i - TTFT_i) / (n_i - 1)``, excluding the first token; undefined (None) when ``n_i == 1``.
