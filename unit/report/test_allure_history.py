@@ -32,6 +32,7 @@ def _session(cwd: Path, run_id: str) -> Path:
     return cwd / f"ar-{run_id}"
 
 
+@pytest.mark.slow  # Allure 3 through node and a real headless Chromium, end to end
 @pytest.mark.skipif(
     find_allure() is None, reason=f"Allure 3 is not installed (run `{ALLURE_INSTALL}` in the repo root)"
 )

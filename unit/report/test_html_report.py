@@ -71,6 +71,7 @@ def test_chunk_curve(request):
 """
 
 
+@pytest.mark.slow  # Allure 3 through node and a real headless Chromium, end to end
 @pytest.mark.skipif(
     find_allure() is None, reason=f"Allure 3 is not installed (run `{ALLURE_INSTALL}` in the repo root)"
 )
