@@ -83,6 +83,15 @@ def regenerate(
     }
 
 
+def _collected_by_suite(items: list[pytest.Item]) -> dict[str, int]:
+    from pytest_sskj.report.outcomes import suite_of
+
+    collected: dict[str, int] = {}
+    for it in items:
+        collected[suite_of(it.nodeid)] = collected.get(suite_of(it.nodeid), 0) + 1
+    return collected
+
+
 class Reporter:
     """One per pytest process; controller-only work is skipped on xdist workers."""
 
@@ -216,13 +225,10 @@ class Reporter:
             return
         if not self.enabled:
             return
-        from pytest_sskj.report.outcomes import suite_of
         from pytest_sskj.report.scrub import scrub_text
 
         opt = self.config.option
-        collected: dict[str, int] = {}
-        for it in session.items:
-            collected[suite_of(it.nodeid)] = collected.get(suite_of(it.nodeid), 0) + 1
+        collected = _collected_by_suite(session.items)
         self.outcomes.selection.update(
             args=[scrub_text(str(a), self.secrets) for a in self.config.invocation_params.args],
             rootdir=str(self.config.rootpath),
@@ -244,17 +250,12 @@ class Reporter:
     def _send_selection(self, session: pytest.Session) -> None:
         """On an xdist worker: what it collected and deselected, for the controller (which collects nothing
         itself: a deselection made at collection -- a conftest's, the plugin's own -- happens only here)."""
-        from pytest_sskj.report.outcomes import suite_of
-
         out = getattr(self.config, "workeroutput", None)
         if out is None:
             return
-        collected: dict[str, int] = {}
-        for it in session.items:
-            collected[suite_of(it.nodeid)] = collected.get(suite_of(it.nodeid), 0) + 1
         sel = self.outcomes.selection
         out["sskj_selection"] = {
-            "collected": collected,
+            "collected": _collected_by_suite(session.items),
             "deselected": dict(sel.get("deselected") or {}),
             "not_applicable": dict(sel.get("not_applicable") or {}),
         }
