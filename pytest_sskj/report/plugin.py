@@ -295,8 +295,22 @@ class Reporter:
         if self.is_worker or not self.enabled or self.finished:
             return
         if (self.settings.run_dir / "results.csv").is_file():  # plots take seconds: say what is happening
-            terminalreporter.write_line(f"sskj: writing summary.md and plots to {self.settings.run_dir_display} ...")
+            if self._interrupted():
+                terminalreporter.write_line(
+                    f"sskj: interrupted: writing summary.md to {self.settings.run_dir_display}; plots skipped "
+                    f"(draw them later: python -m pytest_sskj report summary --run {self.settings.run_dir.name})"
+                )
+            else:
+                terminalreporter.write_line(
+                    f"sskj: writing summary.md and plots to {self.settings.run_dir_display} ..."
+                )
         self._finish(int(exitstatus))
+
+    def _interrupted(self) -> bool:
+        """A signal ended the session: nothing but what is on disk is wanted, quickly (plots take seconds)."""
+        from pytest_sskj.interrupts import received
+
+        return received(self.config) is not None
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
@@ -311,7 +325,7 @@ class Reporter:
     def _finish(self, exitstatus: int) -> None:
         self.finished = True
         self.outcomes.write(complete=True, exitstatus=exitstatus)
-        facts = self._summary(plots=True) or {}
+        facts = self._summary(plots=not self._interrupted()) or {}
         self._write_allure_extras()  # again: GPU and engine facts arrive during the run
         manifest = self.config.stash.get(MANIFEST_KEY, None)
         if manifest is not None:
