@@ -210,3 +210,38 @@ def test_overhead_line_counts_server_starts_configurations_and_wall_vs_benchmark
         "every repeat is its own server run), 0 redundant; session wall 10.0 s vs 8.0 s"
     )
     assert ", 2 redundant;" in overhead_line(runs, {"a": 3, "b": 3}, 10.0), "a restart inside a repeat is redundant"
+
+
+def test_a_verdict_headline_is_one_short_line_naming_the_winner_the_delta_its_ci_and_the_point() -> None:
+    """Issue 27: each verdict was one ~780-character line; the terminal now shows one headline per verdict
+    (the long evidence is verdicts.txt in the run directory)."""
+    from pytest_sskj.acceptance.summary import headline, headline_lines
+
+    comparison = {
+        "kind": "comparison",
+        "passed": True,
+        "outcome": "better",
+        "candidate": "flashinfer_mxfp4",
+        "baseline": "marlin",
+        "chunk": 8192,
+        "concurrency": 8,
+        "metrics": [{"label": "Input TPS", "delta_pct": 11.04, "ci_low_pct": 9.81, "ci_high_pct": 12.07}],
+        "message": "x" * 800,
+    }
+    assert headline(comparison) == (
+        "PASS flashinfer_mxfp4 > marlin by +11.0 % Input TPS (CI +9.8..+12.1 %) at chunk 8192 C=8 [better]"
+    )
+    slo = {
+        "kind": "slo",
+        "passed": False,
+        "backend": "marlin",
+        "chunk": 8192,
+        "concurrency": 8,
+        "gates": [
+            {"metric": "p95_ttft_ms", "op": "<", "threshold": 3000, "value": v, "repeat": r}
+            for r, v in ((1, 2900.0), (2, 3120.0))
+        ],
+    }
+    assert headline(slo) == "FAIL SLO marlin at chunk 8192 C=8: worst of 2 repeat(s) p95_ttft_ms 3120.0 < 3000"
+    assert headline_lines([comparison, slo])[0].startswith("FAIL SLO"), "failures first"
+    assert all(len(line) <= 160 for line in headline_lines([comparison, slo, {"kind": "x", "message": "y" * 900}]))
