@@ -153,7 +153,8 @@ def _release(args: argparse.Namespace) -> int:
             accepted = json.loads(out.read_text(encoding="utf-8")).get("accepted_skips") or []
             if accepted:
                 _out(
-                    f"  scope {args.scope or cfg.default_scope}: {len(accepted)} skip(s) accepted, each listed in the mark"
+                    f"  scope {args.scope or cfg.default_scope}: {len(accepted)} skip(s) accepted, "
+                    "each listed in the mark"
                 )
         from pytest_sskj.history.cli import record_release
 
@@ -208,7 +209,9 @@ def _report(args: argparse.Namespace) -> int:
             return 2
     try:
         hist = None if args.no_history else (args.history or _reports_default() / "allure-history.jsonl")
-        out = html.render_html(args.alluredir, args.out, name=args.name, allure=allure, history=hist)
+        out = html.render_html(
+            args.alluredir, args.out, name=args.name, allure=allure, history=hist, defer_history=args.check
+        )
     except (html.HtmlToolMissing, FileNotFoundError, RuntimeError) as exc:
         _err(str(exc))
         return 2
@@ -222,8 +225,11 @@ def _report(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     except (html.HtmlCheckError, RuntimeError, TimeoutError) as exc:
+        html.pending_history(out).unlink(missing_ok=True)  # a render whose check failed is no history entry
         _err(f"HTML check failed: {exc}")
         return 1
+    if hist is not None:
+        html.commit_history(hist, out)
     _out(
         f"check passed: {len(res.tests)} test page(s) rendered; {res.test_checked!r} shows metric attachment "
         f"{res.metric_attachment!r} ({res.metric_text_seen!r} visible) and plot {res.plot_attachment!r} "
