@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.redact import REDACTED
 from pytest_sskj.report.scrub import scrub, scrub_text
 
 ENV_SECRETS = {"HF_TOKEN": "hf_PLANTEDenvTOKEN0001", "DB_PASSWORD": "PLANTEDpw0002"}
