@@ -137,9 +137,9 @@ def test_scrub_redacts_secret_named_string_values_but_keeps_token_counts() -> No
         "ssh_identity": "/k/id",
         "total_input_tokens": 655360,
         "passed": True,
-        "nested": [{"api_key": "k"}, "token v4lue is v4lue"],
+        "nested": [{"api_key": "k"}, "token v4lue9 is v4lue9"],
     }
-    out = scrub(data, secrets=["v4lue"])
+    out = scrub(data, secrets=["v4lue9"])
     assert out == {
         "HF_TOKEN": REDACTED,
         "ssh_identity": REDACTED,
