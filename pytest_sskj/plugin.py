@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from pytest_sskj.redact import redact_url
 from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
 
 # Fixture and reporter modules, imported in pytest_configure (each imports its heavy deps lazily).
@@ -87,7 +88,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     s = settings
     target = (
-        f"target {s.target_url}" if s.target_url else f"launcher {s.launcher}, nodes {','.join(s.nodes) or 'local'}"
+        f"target {redact_url(s.target_url)}"
+        if s.target_url
+        else f"launcher {s.launcher}, nodes {','.join(s.nodes) or 'local'}"
     )
     lines = [
         f"sskj: run {s.run_id} -> {s.run_dir_display}" + (" (dry run)" if s.dry_run else ""),
