@@ -117,9 +117,35 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from pytest_sskj.report.scrub import settings_secrets
 
     ensure_reports_root(settings.reports_dir)
+    _own_run_id(config, settings.run_dir)
     config.stash[MANIFEST_KEY] = RunManifest.start(
         settings.run_dir, settings.run_id, settings.as_dict(), settings_secrets(settings)
     )
+
+
+def _own_run_id(config: pytest.Config, run_dir: Any) -> None:
+    """Take the run directory's lock (:func:`pytest_sskj.rundir.acquire_run_lock`): a second live run with
+    the same run id is a usage error, a dead run's lock is taken over (said on the terminal)."""
+    from pytest_sskj.rundir import RunIdInUse, acquire_run_lock
+
+    try:
+        lock = acquire_run_lock(run_dir)
+    except RunIdInUse as exc:
+        raise pytest.UsageError(
+            f"--run-id: {exc}\n  accepted: a run id that no live run is writing (two writers would mix their "
+            "results in one folder)\n  Hint: give another --run-id, or wait for that run to finish"
+        ) from None
+    config.stash[EXTRA_KEY]["run_lock"] = lock
+    if lock.took_over:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"sskj: run {run_dir.name}: {lock.took_over}", yellow=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    lock = config.stash[EXTRA_KEY].get("run_lock") if EXTRA_KEY in config.stash else None
+    if lock is not None:
+        lock.release()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -27,7 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunLayout", "atomic_target", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "jsonable"]
+__all__ = [
+    "RunIdInUse",
+    "RunLayout",
+    "RunLock",
+    "acquire_run_lock",
+    "atomic_target",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "jsonable",
+]
 
 
 @contextlib.contextmanager
@@ -150,3 +160,83 @@ class RunLayout:
     @property
     def export(self) -> Path:
         return self.root / "export"
+
+
+class RunIdInUse(RuntimeError):
+    """Another live run holds this run id (its run directory's lock)."""
+
+
+@dataclass
+class RunLock:
+    """Ownership of one run directory: ``<run dir>/.lock`` holds the owner's pid, host and start time.
+
+    :func:`acquire_run_lock` creates it atomically (a complete file linked into place, so a second run
+    never reads half of it); a lock left by a dead process of this host is taken over and
+    :attr:`took_over` says whose it was; a live owner -- or one on another host, which cannot be checked
+    from here -- is refused with :class:`RunIdInUse`."""
+
+    path: Path
+    took_over: str | None = None
+
+    def release(self) -> None:
+        """Remove the lock if it is still ours."""
+        try:
+            owner = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        if owner.get("pid") == os.getpid() and owner.get("host") == _host():
+            self.path.unlink(missing_ok=True)
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe(owner: Mapping[str, Any]) -> str:
+    return f"pid {owner.get('pid')} on host {owner.get('host')}, started {owner.get('started', '?')}"
+
+
+def acquire_run_lock(run_dir: Path) -> RunLock:
+    """Own ``run_dir`` (created if missing) for this process, or raise :class:`RunIdInUse`."""
+    import time
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / ".lock"
+    me = {"pid": os.getpid(), "host": _host(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    took_over: str | None = None
+    for _ in range(3):
+        with atomic_target(run_dir / ".lock.new") as tmp:
+            tmp.write_text(json.dumps(me))
+            try:
+                os.link(tmp, path)
+                return RunLock(path, took_over)
+            except FileExistsError:
+                pass
+        try:
+            owner = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            owner = {}
+        pid = owner.get("pid")
+        if owner.get("host") == _host() and isinstance(pid, int) and (pid == os.getpid() or not _pid_alive(pid)):
+            took_over = f"took over the lock of a run that is gone ({_describe(owner)})"
+            path.unlink(missing_ok=True)
+            continue
+        if not owner:
+            raise RunIdInUse(f"{path} exists but is unreadable; remove it if no run uses {run_dir.name}")
+        where = "" if owner.get("host") == _host() else " (another host: remove the lock if that run is gone)"
+        raise RunIdInUse(f"run {run_dir.name} is being written by a live run ({_describe(owner)}){where}")
+    raise RunIdInUse(f"could not take the lock {path}: it changed hands repeatedly")
