@@ -191,4 +191,44 @@ def finish_manifest(config: pytest.Config, exitstatus: int) -> None:
     if tr is not None:
         for key in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
             counts[key] = len([r for r in tr.stats.get(key, []) if getattr(r, "when", "call") in ("call", "setup")])
-    manifest.finish(exitstatus=exitstatus, counts=counts, signal=interrupts.received(config))
+    error = config.stash[EXTRA_KEY].get("write_error")
+    try:
+        manifest.finish(exitstatus=exitstatus, counts=counts, signal=interrupts.received(config), error=error)
+    except OSError as exc:  # the disk that failed a point may fail the manifest too: one line, no traceback
+        from pytest_sskj.rundir import write_failure
+
+        reason = write_failure(exc) or f"could not write {manifest.path}: {exc}"
+        config.stash[EXTRA_KEY].setdefault("write_error", reason)
+        if tr is not None:
+            tr.write_line(f"sskj: run ended as error: {reason}; the manifest still says 'running'", red=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """A failed write of run data (disk full, read-only, I/O error) ends the run as ``error``: the test's
+    report is the one-line reason, the session stops, finished points stay as written."""
+    report = yield
+    reason = _write_failure_of(call.excinfo.value if call.excinfo is not None else None)
+    if reason is not None and report.failed:
+        extra = item.config.stash[EXTRA_KEY]
+        extra.setdefault("write_error", reason)
+        report.longrepr = f"sskj: {reason}; the run ends as error (points finished before it are kept)"
+        item.session.shouldstop = f"sskj: {extra['write_error']}"
+    return report
+
+
+def pytest_internalerror(excrepr: Any, excinfo: pytest.ExceptionInfo[BaseException]) -> bool | None:
+    """A write failure outside a test (the closing reports on a full disk) is one line, not a traceback."""
+    reason = _write_failure_of(excinfo.value)
+    if reason is None:
+        return None
+    import sys
+
+    sys.stderr.write(f"sskj: run ended as error: {reason}\n")
+    return True
+
+
+def _write_failure_of(exc: BaseException | None) -> str | None:
+    from pytest_sskj.rundir import write_failure
+
+    return write_failure(exc)

@@ -31,13 +31,43 @@ __all__ = [
     "RunIdInUse",
     "RunLayout",
     "RunLock",
+    "RunWriteError",
     "acquire_run_lock",
     "atomic_target",
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
     "jsonable",
+    "write_failure",
 ]
+
+
+class RunWriteError(OSError):
+    """A file of the run could not be written (disk full, read-only, I/O error); ``str()`` is one line."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+        self.path = Path(path)
+        self.reason = f"could not write {path}: {cause.strerror or cause}"
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def write_failure(exc: BaseException | None) -> str | None:
+    """The one-line reason when ``exc`` (or what caused it) is a failed write of run data, else ``None``."""
+    import errno
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, RunWriteError):
+            return exc.reason
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO):
+            where = f" {exc.filename}" if exc.filename else ""
+            return f"could not write{where}: {exc.strerror or exc}"
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 @contextlib.contextmanager
@@ -47,17 +77,28 @@ def atomic_target(path: Path, *, mode: int | None = None) -> Iterator[Path]:
 
     ``mode``: permission bits of the new file (e.g. ``0o666`` for a ledger other users update too)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise RunWriteError(path, exc) from exc
     os.close(fd)
     tmp = Path(name)
     try:
-        yield tmp
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        try:
+            yield tmp
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except RunWriteError:
+            raise
+        except OSError as exc:
+            if write_failure(exc) is None:
+                raise
+            raise RunWriteError(path, exc) from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> Path:
