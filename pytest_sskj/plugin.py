@@ -68,6 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
             from dataclasses import replace
 
             settings = replace(settings, run_id=run_id)
+    if config.option.collectonly and not settings.dry_run:
+        from dataclasses import replace
+
+        # --collect-only, like the dry run, applies every check and writes nothing: no run dir, no record
+        settings = replace(settings, dry_run=True)
     config.stash[SETTINGS_KEY] = settings
     for name in _SUBPLUGINS:
         if importlib.util.find_spec(name) is not None:
@@ -151,7 +156,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> bool | None:
     settings = session.config.stash.get(SETTINGS_KEY, None)
-    if settings is None or not settings.dry_run or _is_worker(session.config):
+    if settings is None or not settings.dry_run or _is_worker(session.config) or session.config.option.collectonly:
         return None
     from pytest_sskj.plan import plan_lines
     from pytest_sskj.report.scrub import scrub_text, settings_secrets
