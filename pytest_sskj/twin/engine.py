@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pytest_sskj.twin.model import Cell, EngineParams, TwinModel, calibrate
+from pytest_sskj.twin.model import Cell, EngineParams, TwinModel, calibrate, lognormal_quantiles
 
 __all__ = ["Request", "ServingEngine", "token_ids"]
 
@@ -113,6 +113,7 @@ class ServingEngine:
         self._decode_cv = threading.Condition()
         self._seq = 0
         self._rng = random.Random(self._seed_of("requests", 0))
+        self._index = 0
         self._stop = threading.Event()
         for target in (self._prefill_loop, self._decode_loop):
             threading.Thread(target=target, daemon=True, name=f"twin-{target.__name__}").start()
@@ -128,6 +129,7 @@ class ServingEngine:
             sigma = self.curves[0].points[0][2].noise_sigma
             self._factor = max(0.5, random.Random(self._seed_of("repeat", self.epoch)).gauss(1.0, sigma))
             self._rng = random.Random(self._seed_of("requests", self.epoch))
+            self._index = 0
 
     def curve(self, isl: int) -> _Curve:
         return min(self.curves, key=lambda c: abs(math.log(max(1, isl) / c.isl)))
@@ -137,13 +139,20 @@ class ServingEngine:
         req = Request(list(prompt), max(1, max_new), room=room, arrival=time.perf_counter(), remaining=len(prompt))
         with self._lock:
             _, cell, p = self.curve(len(prompt)).at(self._inflight + 1)
-            sigma = math.sqrt(math.log1p(p.service_cv**2))
-            req.mult = math.exp(self._rng.gauss(0.0, sigma)) if sigma else 1.0
+            req.mult = self._multiplier(cell, p)
             req.tpot_s = p.tpot_s * (math.exp(self._rng.gauss(0.0, p.tpot_sigma)) if p.tpot_sigma else 1.0)
             self._inflight += 1
             self._queue.append(req)
             self._lock.notify_all()
         return req
+
+    def _multiplier(self, cell: Cell, p: EngineParams) -> float:
+        """The next request's prefill cost multiplier: the repeat's requests take the calibrated spread's
+        quantiles (blocks of the cell's requests per repeat), in an order drawn for the repeat."""
+        k, n = self._index, cell.requests
+        self._index += 1
+        block = lognormal_quantiles(n, p.service_cv, seed=self._seed_of(f"order{k // n}/{cell.key}", self.epoch))
+        return block[k % n]
 
     def submit_decode(self, prompt: list[int], max_new: int) -> Request:
         """A decode-role request whose KV has arrived: first token now, then its decode timeline."""
@@ -208,7 +217,7 @@ class ServingEngine:
             now = time.perf_counter()
             if busy_until is None:
                 busy_until = now
-                if now - idle_since > self.scale:  # idle for more than a modelled second: the engine wakes first
+                if now - idle_since > max(0.002, 0.1 * self.scale):  # the engine was idle: it wakes up first
                     time.sleep(0.01)  # the rest of the burst arrives
                     with self._lock:
                         _, _, p = self.curve(len(self._queue[0].prompt)).at(self._inflight)

@@ -220,9 +220,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._sse_end()
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # every concurrent client connects at once (the stdlib default backlog is 5)
+    daemon_threads = True
+
+
 def _start(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-    httpd = ThreadingHTTPServer((host, port), handler)
-    httpd.daemon_threads = True
+    httpd = _Server((host, port), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True, name=f"twin-http-{port}").start()
     return httpd
 

@@ -144,7 +144,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def lognormal_quantiles(n: int, cv: float, seed: int = 7) -> list[float]:
+def lognormal_quantiles(n: int, cv: float, seed: int | str = 7) -> list[float]:
     """``n`` median-1 lognormal multipliers at the quantiles (i + 0.5) / n, in a fixed shuffled order."""
     sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
     nd = NormalDist()
