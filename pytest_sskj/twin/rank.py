@@ -6,7 +6,7 @@ It parses its flags strictly (:mod:`pytest_sskj.twin.args`; rank 0 also with the
 ``SSKJ_TWIN_SGLANG_PYTHON`` names one), logs SGLang's start-up lines (the healthy markers of
 ``engines/sglang.py``), meets the other ranks at ``--dist-init-addr`` (rank 0 listens, ranks >= 1 connect and
 stay connected; a lost peer is logged as an NCCL error and ends the rank, as a real collective would), and
-then serves: rank 0 SGLang's HTTP surface (:mod:`pytest_sskj.twin.http`) paced by the serving model of the
+then serves: rank 0 SGLang's HTTP surface (:mod:`pytest_sskj.twin.api`) paced by the serving model of the
 cell of its configuration in the twin model file (``SSKJ_TWIN_MODEL``), ranks >= 1 SGLang's dummy health
 server.  A prefill rank 0 of a PD deployment also serves the bootstrap port, where decode ranks wait for a
 room's KV.  SIGTERM ends it cleanly (the launcher's teardown).  Stdlib only.
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     info = _info(a, argv)
     log("Load weight end. type=stand-in, dtype=torch.bfloat16, avail mem=0.00 GB, mem usage=0.00 GB.")
     log("Memory pool end. avail mem=0.00 GB")
-    from pytest_sskj.twin.http import serve
+    from pytest_sskj.twin.api import serve
 
     role = server_facts(a)["role"]
     engine = None

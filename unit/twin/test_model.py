@@ -18,8 +18,9 @@ def test_the_shipped_model_holds_all_twelve_rows_of_seed_000_and_the_pd_figures_
     serve = {(c.chunk, c.concurrency, c.backend): (c.input_tps, c.ttft_p50_s, c.ttft_p95_s) for c in m.cells
              if c.role == "serve"}
     assert serve == SEED000, "the model's serve cells are exactly seed 000's table"
-    pre = [c for c in m.cells if c.role == "prefill"]
-    dec = [c for c in m.cells if c.role == "decode"]
+    pd = load_model(DATA / "kimi3-pro6000-pd.toml")
+    pre = [c for c in pd.cells if c.role == "prefill"]
+    dec = [c for c in pd.cells if c.role == "decode"]
     assert [(c.pp, c.tp, c.ep, c.backend, c.chunk, c.input_tps, c.ttft_p50_s, c.ttft_p95_s) for c in pre] == [
         (8, 4, 4, "flashinfer_mxfp4", 8192, 6364.31, 20.555, 21.345)
     ]
@@ -28,7 +29,7 @@ def test_the_shipped_model_holds_all_twelve_rows_of_seed_000_and_the_pd_figures_
     ]
 
 
-@pytest.mark.parametrize("name", ["kimi3-pro6000", "kimi3-pro6000-worse", "kimi3-pro6000-equal"])
+@pytest.mark.parametrize("name", ["kimi3-pro6000", "kimi3-pro6000-worse", "kimi3-pro6000-equal", "kimi3-pro6000-pd"])
 def test_calibrated_engines_reproduce_every_cell_under_its_own_workload(name: str) -> None:
     m = load_model(DATA / f"{name}.toml")
     for c in m.cells:
