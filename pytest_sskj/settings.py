@@ -105,6 +105,8 @@ class Settings:
     throughput_floor: float | None = None
     recommend_metric: str = "total_throughput"
     router_python: str | None = None
+    twin_model: str | None = None
+    """The stand-in cluster's performance model (``--sskj-twin-model``; platform ``twin`` only)."""
     deployment: Topology | None = None
     """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
