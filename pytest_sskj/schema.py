@@ -289,7 +289,7 @@ def check_url(text: str, schemes: Sequence[str] = ("http", "https")) -> str:
 
 def _shown(url: str) -> str:
     """``url`` without its password (for messages)."""
-    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
+    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***REDACTED***@", url)
 
 
 def _check_port(url: str) -> None:

@@ -115,11 +115,15 @@ def _check_consistent(gates: Sequence[SloGate]) -> None:
 def check_agreement_text(text: str) -> None:
     """The part of the agreement-gate grammar that :func:`pytest_sskj.acceptance.agreement.parse_gates` leaves
     open: ASCII numbers, no NaN, each figure gated once."""
+    if str(text).strip().lower() in ("none", "off"):
+        return
     seen: set[str] = set()
     for part in str(text).split(","):
         metric, sep, value = part.strip().partition(">=")
         name = metric.strip() if sep else "first_token_agreement_frac"
         number = (value if sep else metric).strip()
+        if not part.strip():
+            raise ValueError(f"{text!r} has an empty gate (a stray comma?)")
         if number and not re.fullmatch(r"[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?", number, re.ASCII):
             raise ValueError(f"{part.strip()!r}: {number!r} is not a fraction 0-1 (ASCII digits)")
         if name in seen:

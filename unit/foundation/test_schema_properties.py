@@ -33,7 +33,14 @@ CONTROL = st.sampled_from(["\n", "\r", "\t", "\x1b", "\x7f", "\x00"])
 _KIND_BAD: dict[str, list[str]] = {
     "choice": ["no-such-choice", "EMBEDDED ", "x y"],
     "bool": ["maybe", "2", "yes please"],
-    "url": ["http://[::1", "ftp://127.0.0.1:21", "http://127.0.0.1:0", "http://127.0.0.1:99999", "http://", "http://a_b"],
+    "url": [
+        "http://[::1",
+        "ftp://127.0.0.1:21",
+        "http://127.0.0.1:0",
+        "http://127.0.0.1:99999",
+        "http://",
+        "http://a_b",
+    ],
     "db": ["postgresql://", "postgresql://u@h:99999/db", "postgresql://u@h/", "mysql://u@h/db", "/proc/sskj.db", "."],
     "template": ["gpu{}-{}", "gpu", "gpu{x}", "{}_bad", "-{}"],
     "nodes": ["601..604", "601-6O4", "601,,602", "604-601", "-601", "a_b", "601-gpu"],
@@ -127,7 +134,7 @@ def _argv(opt: Option, value: str, source: str, root: Path) -> list[str]:
     if source == "ini":
         return ["-o", f"{opt.ini}={value}"]
     if source == "profile":
-        (root / "bad.toml").write_text(f"{opt.dest} = {json.dumps(value)}\n")
+        (root / "bad.toml").write_text(f"{opt.dest} = {json.dumps(value, ensure_ascii=False)}\n", encoding="utf-8")
         return ["--profile", str(root / "bad.toml")]
     return []
 
