@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pytest_sskj import parsing
+from pytest_sskj.redact import redact_url
 
 if TYPE_CHECKING:
     from pytest_sskj.options import Option
@@ -289,7 +290,7 @@ def check_url(text: str, schemes: Sequence[str] = ("http", "https")) -> str:
 
 def _shown(url: str) -> str:
     """``url`` without its password (for messages)."""
-    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***REDACTED***@", url)
+    return redact_url(url)
 
 
 def _check_port(url: str) -> None:
