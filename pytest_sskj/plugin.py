@@ -24,6 +24,7 @@ _SUBPLUGINS = (
     "pytest_sskj.history.plugin",
     "pytest_sskj.acceptance.plugin",
     "pytest_sskj.deploy.plugin",
+    "pytest_sskj.twin.plugin",
 )
 
 
