@@ -16,6 +16,7 @@ import pytest
 
 from pytest_sskj.deploy.topology import Group, Topology
 from pytest_sskj.engines import get_engine, node_commands, router_argv
+from pytest_sskj.nodes import node_url
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.settings import Settings
 
@@ -59,8 +60,7 @@ def group_spec(settings: Settings, topo: Topology, group: Group) -> ServerSpec:
 
 
 def _url(node: str, port: int) -> str:
-    host = "127.0.0.1" if node in ("local", "localhost") else node
-    return f"http://{host}:{port}"
+    return node_url(node, port)
 
 
 def router_command(settings: Settings, topo: Topology, urls: dict[str, Sequence[str]] | None = None) -> NodeCommand:

@@ -22,6 +22,7 @@ from typing import Any
 from pytest_sskj.deploy.deployment import group_spec, launch_order, router_command
 from pytest_sskj.deploy.topology import Group, Topology
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerLaunchError
+from pytest_sskj.nodes import node_url
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.pool import CloseReport, RunningServer, ServerPool, free_port
@@ -214,11 +215,10 @@ class DeploymentPool:
         log = self.log_dir / cmd.node / f"router-{int(time.time())}.log"
         self.router = self.router_launcher.start(cmd, log)
         oracle = LogOracle(self.settings.engine)  # the shared generic signatures plus the groups engine's
-        oracle.add(self.router.log_path, cmd.node, 0, offset=int(getattr(self.router, "log_offset", 0)))
+        oracle.add(self.router.log_path, cmd.node, 0, offset=self.router.log_offset)
         dep.router, dep.router_oracle = self.router, oracle
         dep.commands.append(cmd)
-        host = "127.0.0.1" if cmd.node in ("local", "localhost") else cmd.node
-        url = f"http://{host}:{port}"
+        url = node_url(cmd.node, port)
         _wait_router(url, self.router, self.router_timeout_s)
         dep.urls = [url]
 

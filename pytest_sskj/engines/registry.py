@@ -19,7 +19,14 @@ from pytest_sskj.server.spec import NodeCommand, ServerSpec
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "ENGINE_NAMES", "UnknownEngine", "get_engine", "node_commands", "router_argv"]
 """``router_argv``: a deployment's router is SGLang's ``sglang_router`` whatever engine its groups run."""
 
-ENGINES: Mapping[str, Engine] = MappingProxyType({e.name: e for e in (EmbeddedEngine(), SGLangEngine(), VllmEngine())})
+def register(*engines: type[Engine]) -> Mapping[str, Engine]:
+    """Check every engine's declaration (:meth:`Engine.check_declaration`) and instantiate it, by name."""
+    for cls in engines:
+        cls.check_declaration()
+    return MappingProxyType({cls.name: cls() for cls in engines})
+
+
+ENGINES: Mapping[str, Engine] = register(EmbeddedEngine, SGLangEngine, VllmEngine)
 """Every engine by name, in ``--engine`` choice order."""
 
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)

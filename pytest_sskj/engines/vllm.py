@@ -41,10 +41,18 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from importlib import metadata
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.engines.base import BackendSwitch, CacheReset, Engine, LogRules, VersionFacts, host_of, sig
+from pytest_sskj.engines.base import (
+    BackendSwitch,
+    CacheReset,
+    Engine,
+    EngineDefaults,
+    LogRules,
+    VersionFacts,
+    host_of,
+    sig,
+)
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
 if TYPE_CHECKING:
@@ -95,20 +103,18 @@ MOE_BACKENDS = (
     "triton_unfused",
 )
 
-_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {
-        "backends": ("auto",),
-        "chunks": (8192,),
-        "concurrencies": (8, 16),
-        "isl": 16384,
-        "osl": 1,
-        "requests": 40,
-        "repeats": 3,
-        "endpoint": "completions",
-        "health_timeout_s": 1800.0,
-        "stall_timeout_s": 600.0,
-        "port": DEFAULT_PORT,
-    }
+_DEFAULTS = EngineDefaults(
+    backends=("auto",),
+    chunks=(8192,),
+    concurrencies=(8, 16),
+    isl=16384,
+    osl=1,
+    requests=40,
+    repeats=3,
+    endpoint="completions",
+    health_timeout_s=1800.0,
+    stall_timeout_s=600.0,
+    port=DEFAULT_PORT,
 )
 
 _LOGS = LogRules(
