@@ -24,7 +24,7 @@ from pytest_sskj.acceptance import matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.bench.result import BenchFn, BenchOutcome
-from pytest_sskj.engines import get_engine
+from pytest_sskj.engines import cache_resets, get_engine
 from pytest_sskj.errors import (
     HealthTimeout,
     LauncherError,
@@ -480,6 +480,7 @@ class PointRunner:
                     label=point.id,
                     progress=progress,
                     timeouts=timeouts,
+                    cache_reset=cache_resets(self.settings.engine),
                 )
             except BaseException as exc:  # reported on the watching thread
                 box["error"] = exc

@@ -18,10 +18,11 @@ up as ``record.error`` for the oracle.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -29,6 +30,9 @@ from pytest_sskj.bench.endpoints import BadFrame, Endpoint
 from pytest_sskj.bench.records import RequestRecord
 from pytest_sskj.bench.sse import DONE, SSEParser
 from pytest_sskj.bench.transport import LeanTransport
+
+if TYPE_CHECKING:
+    from pytest_sskj.engines.base import CacheReset
 
 __all__ = ["TOKEN_ALLOWANCE_S", "BenchClient", "BenchTimeouts", "ClientState"]
 
@@ -171,41 +175,48 @@ class BenchClient:
         except ValueError:
             return None
 
-    async def flush_cache(self, base_url: str) -> str:
-        """Ask the server to drop its prefix cache; returns what happened, in words.
+    async def flush_cache(self, base_url: str, resets: Sequence[CacheReset] | None = None) -> str:
+        """Ask the server to drop its prefix cache the engine's way (``Engine.cache_reset``); returns what
+        happened, in words.
 
-        SGLang's ``POST /flush_cache`` first; where that is 404, vLLM's ``POST /reset_prefix_cache`` (served
-        with ``VLLM_SERVER_DEV_MODE=1``, answers ``{"success": bool}``).  ``"flushed"`` on 2xx (vLLM:
-        ``"flushed (/reset_prefix_cache)"``), ``"unsupported (HTTP 404)"`` where the server has neither (not
-        an error: llama.cpp has none), ``"refused (HTTP 400: ...)"`` when SGLang declines because requests
-        are still running (vLLM: ``success`` false), ``"failed: ..."`` on a transport error.
+        ``resets``: the engine's reset(s), tried in order while the server answers 404; ``None`` (the
+        engine is unknown): every engine's, in registry order (SGLang's ``POST /flush_cache``, then vLLM's
+        ``POST /reset_prefix_cache``).  ``"flushed"`` on success of the first (a later one:
+        ``"flushed (<path>)"``), ``"unsupported (HTTP 404)"`` where the server has none (not an error:
+        llama.cpp has none), ``"refused (HTTP 400: ...)"`` when the server declines (SGLang while requests
+        run; vLLM ``success`` false), ``"failed: ..."`` on a transport error, ``"skipped (...)"`` for an
+        engine without a reset.
         """
-        url = base_url.rstrip("/") + "/flush_cache"
-        try:
-            r = await self._http(url).post(url, timeout=60.0)
-            if r.status_code == 405:  # older SGLang: GET only
-                r = await self._http(url).get(url, timeout=60.0)
-        except httpx.HTTPError as exc:
-            return f"failed: {type(exc).__name__}: {exc}"
-        if 200 <= r.status_code < 300:
-            return "flushed"
-        if r.status_code == 404:
-            return await self._reset_prefix_cache(base_url)
-        return f"refused (HTTP {r.status_code}: {r.text[:200]})"
+        if resets is None:
+            from pytest_sskj.engines import cache_resets
 
-    async def _reset_prefix_cache(self, base_url: str) -> str:
-        url = base_url.rstrip("/") + "/reset_prefix_cache"
+            resets = cache_resets()
+        if not resets:
+            return "skipped (the engine has no cache reset)"
+        for n, reset in enumerate(resets):
+            what = await self._reset(base_url, reset)
+            if what is not None:
+                return what if n == 0 or not what.startswith("flushed") else f"flushed ({reset.path})"
+        return "unsupported (HTTP 404)"
+
+    async def _reset(self, base_url: str, reset: CacheReset) -> str | None:
+        """One reset request; ``None`` when the server does not have it (404)."""
+        url = base_url.rstrip("/") + reset.path
         try:
-            r = await self._http(url).post(url, timeout=60.0)
+            r = await self._http(url).request(reset.method, url, timeout=60.0)
+            if r.status_code == 405 and reset.method_on_405:
+                r = await self._http(url).request(reset.method_on_405, url, timeout=60.0)
         except httpx.HTTPError as exc:
             return f"failed: {type(exc).__name__}: {exc}"
         if r.status_code == 404:
-            return "unsupported (HTTP 404)"
-        try:
-            ok = r.status_code == 200 and r.json().get("success") is True
-        except (ValueError, AttributeError):
-            ok = False
-        return "flushed (/reset_prefix_cache)" if ok else f"refused (HTTP {r.status_code}: {r.text[:200]})"
+            return None
+        ok = 200 <= r.status_code < 300
+        if ok and reset.success_key is not None:
+            try:
+                ok = r.json().get(reset.success_key) is True
+            except (ValueError, AttributeError):
+                ok = False
+        return "flushed" if ok else f"refused (HTTP {r.status_code}: {r.text[:200]})"
 
     # --- the timing loop -------------------------------------------------------------------------
     async def stream_request(self, base_url: str, endpoint: Endpoint, body: bytes, rec: RequestRecord) -> RequestRecord:

@@ -24,6 +24,7 @@ from pytest_sskj.bench.workload import Workload
 
 if TYPE_CHECKING:
     from pytest_sskj.bench.client import BenchTimeouts
+    from pytest_sskj.engines.base import CacheReset
 
 __all__ = ["BenchFn", "BenchOutcome", "BenchResult", "MetricValue", "RepeatsResult"]
 
@@ -76,6 +77,7 @@ class BenchFn(Protocol):
         label: str = "",
         progress: Callable[[int, int], None] | None = None,
         timeouts: BenchTimeouts | None = None,
+        cache_reset: Sequence[CacheReset] | None = None,
     ) -> BenchOutcome: ...
 
 

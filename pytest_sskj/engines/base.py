@@ -123,10 +123,16 @@ class VersionFacts:
 
 @dataclass(frozen=True)
 class CacheReset:
-    """How a server's cache is reset before a repeat (``None`` on the engine: it has no reset)."""
+    """How a server's cache is reset before a repeat (``None`` on the engine: it has no reset).
+
+    The bench (``bench/client.py: BenchClient.flush_cache``) sends ``method path``; a 2xx answer is a reset,
+    unless ``success_key`` names a JSON field that must be ``true``; a 405 is retried with
+    ``method_on_405`` (older SGLang served ``GET /flush_cache`` only); a 404 means the server lacks it."""
 
     method: str
     path: str
+    success_key: str | None = None
+    method_on_405: str | None = None
 
 
 @dataclass(frozen=True)

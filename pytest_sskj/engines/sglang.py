@@ -386,7 +386,7 @@ class SGLangEngine(Engine):
     versions = VersionFacts(
         distributions=("sglang",), modules=("sglang", "flashinfer", "torch"), checked=PINNED_VERSION
     )
-    cache_reset = CacheReset("POST", "/flush_cache")
+    cache_reset = CacheReset("POST", "/flush_cache", method_on_405="GET")
     restart_cost = "expensive"
     point_budget_s = 900.0
     token_ids = "sglang-generate"  # noqa: S105 - a dialect name: native POST /generate, output_ids

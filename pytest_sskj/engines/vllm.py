@@ -305,7 +305,7 @@ class VllmEngine(Engine):
     health_path = "/health"
     logs = _LOGS
     versions = VersionFacts(distributions=("vllm", CPU_DISTRIBUTION), modules=("vllm", "flashinfer", "torch"))
-    cache_reset = CacheReset("POST", "/reset_prefix_cache")
+    cache_reset = CacheReset("POST", "/reset_prefix_cache", success_key="success")  # VLLM_SERVER_DEV_MODE=1
     restart_cost = "expensive"
     point_budget_s = 900.0
     token_ids = "openai-token-ids"  # noqa: S105 - a dialect name: /v1/completions with return_token_ids

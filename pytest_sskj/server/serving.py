@@ -64,4 +64,3 @@ class ServingPool(Protocol):
     def stop(self, spec: ServerSpec) -> None:
         """Stop the deployment of ``spec`` (every process tree on every node)."""
         ...
-
