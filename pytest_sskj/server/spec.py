@@ -20,7 +20,7 @@ from pytest_sskj.report.redact import redact_argv, redact_env_items
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
 
-__all__ = ["NodeCommand", "ServerSpec", "spec_from_settings"]
+__all__ = ["NodeCommand", "ServerSpec", "SpecOverride", "spec_from_settings"]
 
 
 @dataclass(frozen=True)
@@ -106,26 +106,56 @@ class NodeCommand:
         return " ".join([*parts, *(shlex.quote(a) for a in argv)])
 
 
+@dataclass(frozen=True)
+class SpecOverride:
+    """What a layout (``--layout``) or a deployment group changes of the run's spec: its nodes, parallel sizes
+    and placement (``None``: the run's), server args and env added after the run's, its labels."""
+
+    nodes: tuple[str, ...] | None = None
+    tp: int | None = None
+    ep: int | None = None
+    dp: int | None = None
+    pp: int | None = None
+    placement: str | None = None
+    server_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+
+
 def spec_from_settings(
-    settings: Settings, *, backend: str, chunk: int | None, extra: Iterable[tuple[str, str]] = ()
+    settings: Settings,
+    *,
+    backend: str,
+    chunk: int | None,
+    extra: Iterable[tuple[str, str]] = (),
+    override: SpecOverride | None = None,
+    instance: int = 0,
 ) -> ServerSpec:
-    """Build the spec of one (backend, chunk) point from resolved :class:`~pytest_sskj.settings.Settings`."""
+    """The one ServerSpec builder: the spec of one (backend, chunk) point from resolved
+    :class:`~pytest_sskj.settings.Settings`, with a layout's or a deployment group's ``override`` applied
+    (``extra``: labels; ``instance``: the n-th separate server of an A/A control)."""
     s = settings
+    o = override or SpecOverride()
+
+    def pick(mine: int | None, run: int) -> int:
+        return run if mine is None else mine
+
     return ServerSpec(
         engine=s.engine,
         backend=backend,
         model_path=s.model_path,
-        nodes=s.nodes,
-        tp=s.tp,
-        ep=s.ep,
-        dp=s.dp,
-        pp=s.pp,
+        nodes=s.nodes if o.nodes is None else o.nodes,
+        tp=pick(o.tp, s.tp),
+        ep=pick(o.ep, s.ep),
+        dp=pick(o.dp, s.dp),
+        pp=pick(o.pp, s.pp),
         chunk=chunk,
         port=s.port,
         dist_init_port=s.dist_init_port,
-        placement=s.placement,
-        extra_args=s.server_args,
-        env=s.env,
+        placement=s.placement if o.placement is None else o.placement,
+        extra_args=(*s.server_args, *o.server_args),
+        env=(*s.env, *o.env),
         python=s.python,
-        labels=tuple(extra),
+        instance=instance,
+        labels=(*tuple(extra), *o.labels),
     )
