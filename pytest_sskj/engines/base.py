@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -163,18 +163,14 @@ class EngineDefaults(Mapping[str, Any]):
     search_max: int | None = None
 
     def __post_init__(self) -> None:
-        problems = [
-            f"{f.name}={getattr(self, f.name)!r}"
-            for f in fields(self)
-            if f.name in _POSITIVE and not _positive(getattr(self, f.name))
-        ]
+        problems = [f"{k}={v!r}" for k, v in vars(self).items() if k in _POSITIVE and not _positive(v)]
         if not self.backends or not self.chunks or not self.concurrencies:
             problems.append("backends, chunks and concurrencies must not be empty")
         if problems:
             raise ValueError(f"engine defaults: {', '.join(problems)} (sizes, counts and timeouts must be > 0)")
 
     def _set(self) -> dict[str, Any]:
-        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+        return {f.name: v for f in fields(self) if (v := vars(self)[f.name]) is not None}
 
     def __getitem__(self, key: str) -> Any:
         found = self._set()
@@ -258,7 +254,8 @@ class Engine(ABC):
     def check_declaration(cls) -> None:
         """Registration-time checks (the registry runs them): a concrete engine declares every required
         attribute, typed defaults whose endpoint it serves and whose backends it accepts; raises ``TypeError``."""
-        missing = [a for a in cls._REQUIRED if not hasattr(cls, a)]
+        declared = {a for k in cls.__mro__ for a in vars(k)}
+        missing = [a for a in cls._REQUIRED if a not in declared]
         if missing:
             raise TypeError(f"engine {cls.__name__} does not declare {', '.join(missing)} (engines/base.py: Engine)")
         d = cls.defaults

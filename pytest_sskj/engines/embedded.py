@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.engines.base import BackendSwitch, Engine, EngineDefaults, LogRules, VersionFacts, host_of, sig
 from pytest_sskj.server.embedded import MODEL_FORMATS, ensure_tiny_model, serve_argv
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.slo import parse_slo
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings

@@ -14,7 +14,7 @@ from pytest_sskj.engines.embedded import EmbeddedEngine
 from pytest_sskj.engines.sglang import SGLangEngine
 from pytest_sskj.engines.sglang import router_argv as router_argv
 from pytest_sskj.engines.vllm import VllmEngine
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
 __all__ = [
     "DEFAULT_ENGINE",

@@ -23,7 +23,7 @@ from pytest_sskj.engines.base import (
     host_of,
     sig,
 )
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings

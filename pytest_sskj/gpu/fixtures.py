@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,9 +24,6 @@ from pytest_sskj.gpu.inventory import GpuInfo, Inventory, load_inventory
 from pytest_sskj.gpu.leases import Holder, Lease, LeaseLedger
 from pytest_sskj.markers import GpuRequest, parse_gpu_marker
 from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
-
-if TYPE_CHECKING:
-    from pytest_sskj.server.pool import Prelaunch
 
 __all__ = ["GpuSession", "get_gpu_session", "gpu_inventory", "gpu_lease", "gpus"]
 
@@ -120,13 +116,6 @@ def _is_worker(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if SETTINGS_KEY in config.stash:
         get_gpu_session(config)
-
-
-def pytest_sskj_server_prelaunch(config: pytest.Config) -> Prelaunch:
-    """The server pool's pre-launch step: GPU leases for local servers, node pre-flight for remote ones."""
-    from pytest_sskj.gpu.serving import server_prelaunch
-
-    return server_prelaunch(config)
 
 
 @pytest.hookimpl(trylast=True)

@@ -27,6 +27,11 @@ __all__ = ["server_prelaunch"]
 PrelaunchResult = tuple[Sequence[tuple[str, str]], "Callable[[], None] | None"]
 
 
+def pytest_sskj_server_prelaunch(config: pytest.Config) -> Callable[[ServerSpec, Launcher], PrelaunchResult]:
+    """The server pool's pre-launch step (this module is a sub-plugin: the server layer never imports gpu/)."""
+    return server_prelaunch(config)
+
+
 def server_prelaunch(config: pytest.Config) -> Callable[[ServerSpec, Launcher], PrelaunchResult]:
     """The pool's pre-launch callable for this session."""
 
