@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 from collections.abc import Callable, Coroutine, Sequence
@@ -338,7 +339,7 @@ def _write_result(result: BenchResult) -> None:
         "label": result.label,
         "repeat": result.repeat,
         "urls": result.urls,
-        "workload": {k: getattr(result.workload, k) for k in result.workload.__dataclass_fields__},
+        "workload": dataclasses.asdict(result.workload),
         "metrics": result.metrics,
         "failures": result.failures,
         "client_bound": result.client_bound,
