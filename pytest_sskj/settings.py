@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -251,7 +250,9 @@ def _hint(opt: Option) -> str | None:
 
 
 def _is_local_host(host: str) -> bool:
-    return host in ("localhost", "127.0.0.1", "::1", socket.gethostname())
+    from pytest_sskj.nodes import is_local_node
+
+    return is_local_node(host)
 
 
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
