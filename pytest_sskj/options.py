@@ -228,6 +228,28 @@ OPTIONS: tuple[Option, ...] = (
         choices=("better", "report"),
     ),
     Option(
+        "max_repeats",
+        ("--sskj-max-repeats",),
+        "int",
+        "Sequential A/B: add interleaved repeat pairs while a comparison is inconclusive, up to N repeats per side "
+        "(group-sequential alpha spending keeps the A/A false-positive rate <= 5 %; default: --repeats, fixed)",
+    ),
+    Option(
+        "plan_difference_pct",
+        ("--sskj-plan-difference",),
+        "float",
+        "Power planner: the difference in percent the plan (dry run, inconclusive verdicts) sizes repeats for "
+        "(default 5)",
+        default=5.0,
+    ),
+    Option(
+        "plan_spread_pct",
+        ("--sskj-plan-spread",),
+        "float",
+        "Power planner: the between-repeat spread in percent to plan with (default: the observed one; "
+        "the dry run assumes 3)",
+    ),
+    Option(
         "agreement_min",
         ("--sskj-agreement-min",),
         "agreement",

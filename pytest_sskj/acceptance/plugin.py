@@ -32,6 +32,7 @@ from pytest_sskj.acceptance.live import LiveLine
 from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
 from pytest_sskj.acceptance.search import SearchResult, judge, search
+from pytest_sskj.acceptance.sequential import Design, log_spread_pct, plan_line, repeat_seconds, run_sequential
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
 from pytest_sskj.acceptance.summary import overhead_line, summary_lines  # imported early, not at session end
 from pytest_sskj.engines import get_engine
@@ -77,6 +78,8 @@ class Acceptance:
         self.live = LiveLine.for_config(config)
         self.runner = PointRunner(config, settings, self.store, progress=self.live.update)
         self.verdicts: list[dict[str, Any]] = []
+        self.extent: dict[str, int] = {}
+        """Repeats measured per configuration id (more than ``--repeats`` where the sequential design added)."""
         self.agreements: dict[str, AgreementVerdict | None] = {}
         """Output-agreement part of each comparison (by comparison id); ``None`` when agreement is off."""
 
@@ -151,10 +154,19 @@ class Acceptance:
         if server is not None and SERVER_KEY not in item.stash:
             item.stash[SERVER_KEY] = (server, server.mark())
 
-    def repeats(self, key: ConfigKey) -> list[PointOutcome]:
-        """Every repeat of ``key`` (measured now if the serving tests have not run it yet)."""
+    def repeats(self, key: ConfigKey, n: int | None = None) -> list[PointOutcome]:
+        """The first ``n`` repeats of ``key`` (default: every repeat measured so far, at least ``--repeats``),
+        measured now if no test has run them yet; repeats beyond ``--repeats`` are the sequential design's."""
         s = self.settings
-        return [self.serve(key.point(r, s.repeats)) for r in range(1, s.repeats + 1)]
+        n = n or max(s.repeats, self.extent.get(key.id, 0))
+        self.extent[key.id] = max(n, self.extent.get(key.id, 0))
+        last = self.design().last
+        return [self.serve(key.point(r, s.repeats if r <= s.repeats else last)) for r in range(1, n + 1)]
+
+    def design(self) -> Design:
+        """The sequential design of every comparison: ``--repeats`` .. ``--sskj-max-repeats`` repeats per side."""
+        s = self.settings
+        return Design(s.repeats, max(s.repeats, s.max_repeats or s.repeats))
 
     # -- verdicts ------------------------------------------------------------------------------------
     def record(self, verdict: dict[str, Any]) -> None:
@@ -177,11 +189,17 @@ class Acceptance:
             "between the blocks is not separated from the backend difference"
         )
 
-    def _sides(self, comp: Comparison) -> tuple[list[PointOutcome], list[PointOutcome]]:
-        return self.repeats(comp.baseline_config()), self.repeats(comp.candidate_config())
+    def _sides(self, comp: Comparison, n: int | None = None) -> tuple[list[PointOutcome], list[PointOutcome]]:
+        if n is None:  # the pairs both sides have
+            n = min(
+                self.extent.get(c.id, self.settings.repeats) for c in (comp.baseline_config(), comp.candidate_config())
+            )
+        return self.repeats(comp.baseline_config(), n), self.repeats(comp.candidate_config(), n)
 
-    def _verdict(self, comp: Comparison, noise_floor: float | None) -> tuple[Verdict | None, str]:
-        base, cand = self._sides(comp)
+    def _verdict(
+        self, comp: Comparison, noise_floor: float | None, n: int | None = None, confidence: float = 0.95
+    ) -> tuple[Verdict | None, str]:
+        base, cand = self._sides(comp, n)
         usable_b = [o for o in base if o.passed]
         usable_c = [o for o in cand if o.passed]
         missing = [o for o in (*base, *cand) if not o.passed]
@@ -194,16 +212,29 @@ class Acceptance:
             [RepeatSample.from_row(o.row) for o in usable_b],
             [RepeatSample.from_row(o.row) for o in usable_c],
             margin_pct=0.0 if comp.is_control else self.settings.margin_pct,
+            confidence=confidence,
             noise_floor_pct=noise_floor,
             ordering=self.ordering(),
             incomparable=self.incomparable(comp),
         )
-        if missing:
-            from dataclasses import replace
+        from dataclasses import replace
 
+        if missing:
             note = f"{len(missing)} repeat(s) did not pass and are left out: " + ", ".join(o.point.id for o in missing)
             v = replace(v, notes=(*v.notes, note))
+        if v.outcome == "inconclusive":
+            v = replace(v, plan=self.plan(usable_b, usable_c))
         return v, ""
+
+    def plan(self, base: Sequence[PointOutcome], cand: Sequence[PointOutcome]) -> str:
+        """The power planner's line for an inconclusive comparison of ``base`` and ``cand`` repeats."""
+        s = self.settings
+        vals = [[o.row.get("input_throughput") for o in side] for side in (base, cand)]
+        spreads = [log_spread_pct([float(x) for x in side if isinstance(x, (int, float))]) for side in vals]
+        observed = max((x for x in spreads if x is not None), default=None)
+        spread = s.plan_spread_pct if s.plan_spread_pct is not None else observed
+        secs = repeat_seconds([o.row for o in (*base, *cand)])
+        return plan_line(s.plan_difference_pct, spread, observed=s.plan_spread_pct is None, repeat_s=secs)
 
     def incomparable(self, comp: Comparison) -> list[str]:
         """Why the two sides of ``comp`` cannot be compared: specs or recorded engine facts that differ."""
@@ -240,9 +271,20 @@ class Acceptance:
         measured difference as the run's noise floor; a candidate must clear ``max(margin, noise floor)``.
         """
         floor = None if comp.is_control else self.noise_floor(comp)
-        v, why = self._verdict(comp, floor)
+        why: list[str] = []
+
+        def judge_at(n: int, confidence: float) -> Verdict | None:
+            v, w = self._verdict(comp, floor, n, confidence)
+            why.append(w)
+            return v
+
+        def extend(n: int) -> None:  # one more interleaved A/B pair: baseline repeat n, then candidate repeat n
+            self.repeats(comp.baseline_config(), n)
+            self.repeats(comp.candidate_config(), n)
+
+        v = run_sequential(self.design(), judge_at, extend)
         if v is None:
-            return None, why
+            return None, why[-1]
         enforced = comp.is_control or self.settings.compare_expect == "better"
         passed = v.outcome not in DECIDED if comp.is_control else v.outcome == "better"
         self.record(
@@ -504,7 +546,7 @@ def _budget_s(settings: Settings, item: pytest.Item) -> float:
     the engine's budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
     per_point = max(get_engine(settings.engine).point_budget_s, settings.stall_timeout_s + 30.0)
     rank = _param_rank(item)
-    points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
+    points = 1 if rank <= 0 else 2 * max(settings.repeats, settings.max_repeats or 0) * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):
         points = 16
     return settings.health_timeout_s * (1 if rank <= 0 else 2) + per_point * points

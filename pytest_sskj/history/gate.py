@@ -317,6 +317,39 @@ def _sentence(m: Mapping[str, Any], label: str) -> str:
     )
 
 
+def _matching(baseline: Baseline, config: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The baseline's passed serving rows of ``config``'s backend, chunk and concurrency."""
+    keys = ("backend", "chunk", "concurrency")
+    want = tuple(str(config[k]) for k in keys)
+    return [
+        r
+        for r in baseline.rows
+        if r.get("status") == "passed"
+        and r.get("kind", "serve") == "serve"
+        and tuple(str(r.get(k)) for k in keys) == want
+    ]
+
+
+def _no_match(baseline: Baseline, cfg_id: str) -> GateOutcome:
+    have = sorted({f"{r.get('backend')}-chunk{r.get('chunk')}-c{r.get('concurrency')}" for r in baseline.rows})
+    return GateOutcome(
+        "no_match",
+        f"no matching point: {baseline.named} has no passed repeat of {cfg_id} "
+        f"(it has: {', '.join(have) or 'no points'})",
+    )
+
+
+def _regression(
+    text: str, bad: Sequence[Mapping[str, Any]], cfg_id: str, waivers: Sequence[Waiver], today: _dt.date
+) -> tuple[str, str]:
+    """``(status, message)`` of a regression: ``waived`` by an unexpired waiver covering every bad metric."""
+    live = [w for w in waivers if all(w.covers(cfg_id, m["name"]) for m in bad)]
+    valid = [w for w in live if w.expires >= today]
+    if valid:
+        return "waived", f"{text} — waived until {valid[0].expires}: {valid[0].reason}"
+    return "regression", text + "".join(f" (waiver expired {w.expires}: {w.reason})" for w in live)
+
+
 def judge_config(
     config: Mapping[str, Any],
     current: Sequence[Mapping[str, Any]],
@@ -327,29 +360,15 @@ def judge_config(
     today: _dt.date | None = None,
 ) -> GateOutcome:
     """Judge ``current`` passed repeats of ``config`` (``backend``, ``chunk``, ``concurrency``, ``id``)."""
-    keys = ("backend", "chunk", "concurrency")
-    want = tuple(str(config[k]) for k in keys)
-    base = [
-        r
-        for r in baseline.rows
-        if r.get("status") == "passed"
-        and r.get("kind", "serve") == "serve"
-        and tuple(str(r.get(k)) for k in keys) == want
-    ]
+    base = _matching(baseline, config)
     cfg_id = str(config["id"])
     if not base:
-        have = sorted({f"{r.get('backend')}-chunk{r.get('chunk')}-c{r.get('concurrency')}" for r in baseline.rows})
-        return GateOutcome(
-            "no_match",
-            f"no matching point: {baseline.named} has no passed repeat of {cfg_id} "
-            f"(it has: {', '.join(have) or 'no points'})",
-        )
+        return _no_match(baseline, cfg_id)
     metrics = []
     for name, col, higher in HEADLINE:
         cur, ref = _nums(current, col), _nums(base, col)
         if cur and ref:
             metrics.append(_metric(name, col, higher, cur, ref, margin_pct))
-    today = today or _dt.date.today()
     bad = [m for m in metrics if m["status"] == "regression"]
     bound = _client_bound(current if bad else base, "this run's" if bad else f"{baseline.label}'s")
     if bound:
@@ -357,13 +376,7 @@ def judge_config(
     unsure = [m for m in metrics if m["status"] == "inconclusive"]
     text = "; ".join(_sentence(m, baseline.label) for m in (bad or unsure or metrics))
     if bad:
-        live = [w for w in waivers if all(w.covers(cfg_id, m["name"]) for m in bad)]
-        valid = [w for w in live if w.expires >= today]
-        if valid:
-            w = valid[0]
-            return GateOutcome("waived", f"{text} — waived until {w.expires}: {w.reason}", metrics)
-        expired = "".join(f" (waiver expired {w.expires}: {w.reason})" for w in live)
-        return GateOutcome("regression", text + expired, metrics)
+        return GateOutcome(*_regression(text, bad, cfg_id, waivers, today or _dt.date.today()), metrics)
     if unsure:
         return GateOutcome(
             "inconclusive",
