@@ -234,11 +234,23 @@ class MetricDelta:
             return (self.ci_low_pct, self.ci_high_pct)
         return (-self.ci_high_pct, -self.ci_low_pct)
 
-    def text(self, confidence: float) -> str:
+    @property
+    def medians_pct(self) -> float | None:
+        """The ratio of the medians of the repeats minus one, in percent (the summary table's "vs baseline")."""
+        if not self.baseline or self.candidate is None:
+            return None
+        return (self.candidate / self.baseline - 1.0) * 100.0
+
+    def text(self, confidence: float, *, medians: bool = False) -> str:
         ci = ""
         if self.ci_low_pct is not None and self.ci_high_pct is not None:
             ci = f" ({conf_text(confidence)} CI {fmt_pct(self.ci_low_pct)} … {fmt_pct(self.ci_high_pct)})"
-        return f"{fmt_pct(self.delta_pct)} {self.label}{ci}"
+        med = ""
+        if medians and self.medians_pct is not None:
+            med = (
+                f" [geometric means; medians {self.baseline:.4g} -> {self.candidate:.4g}: {fmt_pct(self.medians_pct)}]"
+            )
+        return f"{fmt_pct(self.delta_pct)} {self.label}{ci}{med}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -248,6 +260,8 @@ class MetricDelta:
             "baseline": self.baseline,
             "candidate": self.candidate,
             "delta_pct": self.delta_pct,
+            "delta_statistic": STATISTIC,
+            "medians_pct": self.medians_pct,
             "ci_low_pct": self.ci_low_pct,
             "ci_high_pct": self.ci_high_pct,
             "outcome": self.outcome,
@@ -296,7 +310,7 @@ class Verdict:
     def headline(self) -> str:
         """``+10.96 % Input TPS (95 % CI …), −9.91 % TTFT P50 (95 % CI …), −9.92 % TTFT P95 (95 % CI …)``:
         each a ratio of geometric means of the repeats (:data:`STATISTIC`)."""
-        return ", ".join(m.text(self.confidence) for m in self.metrics)
+        return ", ".join(m.text(self.confidence, medians=(i == 0)) for i, m in enumerate(self.metrics))
 
     def stopping(self) -> str:
         """``stopped after repeat 5 of at most 10: Welch t +4.1 (df 7.9) at alpha 0.0049 -> better``."""
@@ -328,7 +342,7 @@ class Verdict:
         )
 
     def message(self) -> str:
-        head = f"{self.candidate} vs {self.baseline}: {self.headline()} [{STATISTIC}]"
+        head = f"{self.candidate} vs {self.baseline}: {self.headline()} (deltas: {STATISTIC})"
         notes = "".join(f"; {n}" for n in self.notes)
         stop = f"; {self.stopping()}" if self.looks else ""
         return f"{head} — {self._tail()}{stop}{notes}"

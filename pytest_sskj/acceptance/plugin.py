@@ -17,7 +17,7 @@ import json
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from pytest_sskj.acceptance.curve import Curve, build_curve
 from pytest_sskj.acceptance.live import LiveLine
 from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
-from pytest_sskj.acceptance.search import SearchResult, judge, search
+from pytest_sskj.acceptance.search import SearchResult, highest_met, judge, search
 from pytest_sskj.acceptance.sequential import Design, log_spread_pct, plan_line, repeat_seconds, run_sequential
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
 from pytest_sskj.acceptance.summary import overhead_line, summary_lines  # imported early, not at session end
@@ -217,7 +217,6 @@ class Acceptance:
             ordering=self.ordering(),
             incomparable=self.incomparable(comp),
         )
-        from dataclasses import replace
 
         if missing:
             note = f"{len(missing)} repeat(s) did not pass and are left out: " + ", ".join(o.point.id for o in missing)
@@ -420,6 +419,11 @@ class Acceptance:
             known=known,
             on_step=lambda st: log.append(st.as_dict()),
         )
+        rows = [r for r in self.stored_rows() if r.get("kind", "serve") == "serve"]
+        met = highest_met([r for r in rows if r.get("backend") == backend and r.get("chunk") == chunk])
+        if met is not None and (result.best is None or met > result.best):
+            note = f"the matrix points met the SLO up to C={met} (the highest concurrency meeting the SLO overall)"
+            result = replace(result, notes=(*result.notes, note))
         self.record(
             {
                 "kind": "search",
@@ -428,6 +432,9 @@ class Acceptance:
                 "backend": backend,
                 "chunk": chunk,
                 "best_concurrency": result.best,
+                "highest_slo_met_concurrency": max(x for x in (met, result.best) if x is not None)
+                if (met, result.best) != (None, None)
+                else None,
                 **result.as_dict(),
             }
         )

@@ -102,12 +102,32 @@ class SearchResult:
         )
         best = f"C={self.best}" if self.best is not None else "none"
         floor = f" (floor C={self.floor}: {'met' if self.passed else 'NOT met'})" if self.floor is not None else ""
-        return f"{self.mode}: highest concurrency meeting the SLO = {best}{floor}; {self.stop_reason}; steps: {trail}"
+        notes = "".join(f"; {n}" for n in self.notes)
+        return f"{self.mode}: {self.answer_text} = {best}{floor}; {self.stop_reason}; steps: {trail}{notes}"
+
+    @property
+    def answer(self) -> str:
+        """What :attr:`best` is: ``saturation`` (throughput stopped growing; the SLO was still met), ``slo_limit``
+        (the next step missed the SLO) or ``max`` (the search's maximum was reached)."""
+        if self.stop_reason.startswith("saturated"):
+            return "saturation"
+        if self.stop_reason.startswith("SLO missed"):
+            return "slo_limit"
+        return "max"
+
+    @property
+    def answer_text(self) -> str:
+        return {
+            "saturation": "saturation knee (throughput stopped growing; the SLO was still met)",
+            "slo_limit": "highest concurrency meeting the SLO",
+            "max": "highest concurrency meeting the SLO up to the search's maximum",
+        }[self.answer]
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "best": self.best,
+            "answer": self.answer,
             "floor": self.floor,
             "passed": self.passed,
             "stop_reason": self.stop_reason,
@@ -209,3 +229,18 @@ def search(
         stop = f"SLO missed at C={c} ({'; '.join(s.reasons)}); {target}"
         break
     return SearchResult(mode, best, tuple(steps), stop, floor)
+
+
+def highest_met(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The highest concurrency among passed, not client-bound ``rows`` (matrix points) whose every SLO gate was
+    met in every repeat; ``None`` when none did (what ``export`` calls the highest concurrency meeting the SLO)."""
+    by_c: dict[int, list[bool]] = {}
+    for r in rows:
+        met = r.get("slo_met")
+        if r.get("status") != "passed" or r.get("client_bound") or not isinstance(met, Mapping) or not met:
+            continue
+        c = r.get("concurrency")
+        if isinstance(c, int):
+            by_c.setdefault(c, []).append(all(v is not False for v in met.values()))
+    ok = [c for c, v in by_c.items() if all(v)]
+    return max(ok) if ok else None

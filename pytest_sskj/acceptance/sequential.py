@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from pytest_sskj.acceptance.compare import MIN_REPEATS, Verdict, t_quantile
@@ -30,6 +31,7 @@ __all__ = [
     "PLAN_POWER",
     "Design",
     "Look",
+    "dry_run_lines",
     "log_spread_pct",
     "plan_line",
     "plan_repeats",
@@ -231,3 +233,39 @@ def run_sequential(
             return replace(v, looks=tuple(x.as_dict() for x in looks) if design.sequential else (), design=design_text)
         n += 1
         extend(n)
+
+
+def _earlier_repeat_seconds(reports_dir: Path, run_id: str, backends: Sequence[str]) -> tuple[float, str] | None:
+    """The mean ``wall_s`` of the latest earlier run's passed points of ``backends`` (for the dry run's estimate)."""
+    import json
+
+    for run in sorted((p for p in reports_dir.glob("*/points") if p.parent.name != run_id), reverse=True)[:5]:
+        rows = []
+        for f in run.glob("*/result.json"):
+            try:
+                row = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(row, dict) and row.get("status") == "passed" and row.get("backend") in backends:
+                rows.append(row)
+        secs = repeat_seconds(rows)
+        if secs is not None:
+            return secs, run.parent.name
+    return None
+
+
+def dry_run_lines(settings: Any) -> list[str]:
+    """The dry run's verdict plan: the design, and the repeats per side that decide the planned difference."""
+    s = settings
+    design = Design(s.repeats, max(s.repeats, s.max_repeats or s.repeats))
+    spread = s.plan_spread_pct if s.plan_spread_pct is not None else 3.0
+    earlier = _earlier_repeat_seconds(Path(s.reports_dir), str(s.run_id), tuple(s.backends))
+    line = plan_line(s.plan_difference_pct, spread, observed=False, repeat_s=earlier[0] if earlier else None)
+    if s.plan_spread_pct is None:
+        line = line.replace("at a given", "at an assumed", 1) + " (set --sskj-plan-spread)"
+    when = (
+        f"; time from run {earlier[1]}: {earlier[0]:.0f} s per repeat"
+        if earlier
+        else "; time: no earlier run here to estimate a repeat from"
+    )
+    return [f"verdicts: {design.describe()}", f"plan: {line}{when}"]

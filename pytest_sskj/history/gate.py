@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -384,6 +385,65 @@ def judge_config(
             metrics,
         )
     return GateOutcome("passed", f"within tolerance of {baseline.label}: {text}", metrics)
+
+
+def _config_samples(base: Baseline) -> dict[tuple[str, str, str], list[Any]]:
+    from pytest_sskj.acceptance.compare import RepeatSample
+
+    out: dict[tuple[str, str, str], list[Any]] = {}
+    for r in base.rows:
+        if r.get("status") == "passed" and r.get("kind", "serve") == "serve":
+            key = (str(r.get("backend")), str(r.get("chunk")), str(r.get("concurrency")))
+            out.setdefault(key, []).append(RepeatSample.from_row(r))
+    return out
+
+
+def same_code(x: Baseline, y: Baseline) -> bool:
+    """Whether two stored runs measured the same thing with the same code: same shape, comparable environment,
+    no differing engine fact (their comparison is an A/A pair across runs)."""
+    return x.facts.get("shape") == y.facts.get("shape") and not incomparable(y.facts, x.facts) + engine_differences(
+        x, y.facts
+    )
+
+
+def between_run_noise(runs: Sequence[Baseline]) -> tuple[dict[tuple[str, str, str], float], int]:
+    """Per configuration, the largest |delta| % of the primary metric (ratio of geometric means of the
+    repeats) between consecutive stored runs of the same code: the between-run A/A noise; and how many run
+    pairs it rests on."""
+    from pytest_sskj.acceptance.compare import compare
+
+    noise: dict[tuple[str, str, str], float] = {}
+    pairs = 0
+    ordered = sorted(runs, key=lambda r: r.run_id)
+    for x, y in itertools.pairwise(ordered):
+        if not same_code(x, y):
+            continue
+        pairs += 1
+        cx, cy = _config_samples(x), _config_samples(y)
+        for key in set(cx) & set(cy):
+            d = compare(x.run_id, y.run_id, cx[key], cy[key]).primary.delta_pct
+            if d is not None:
+                noise[key] = max(noise.get(key, 0.0), abs(d))
+    return noise, pairs
+
+
+def judge_between_runs(
+    a: str, b: str, ra: Sequence[Any], rb: Sequence[Any], noise: float | None, margin: float, problems: Sequence[str]
+) -> Any:
+    """``compare``'s verdict of one configuration across runs: the repeat-level method, with a claim needing to
+    clear the between-run noise ``noise`` in both directions; without a known noise, inconclusive."""
+    from dataclasses import replace
+
+    from pytest_sskj.acceptance.compare import compare
+
+    if noise is None:
+        v = compare(a, b, ra, rb, margin_pct=margin, incomparable=problems)
+        if v.outcome == "incomparable":
+            return v
+        metrics = tuple(replace(m, outcome="inconclusive") for m in v.metrics)
+        return replace(v, outcome="inconclusive", metrics=metrics, reasons=("no between-run noise known yet",))
+    floor = max(noise, margin)
+    return compare(a, b, ra, rb, margin_pct=-floor, noise_floor_pct=floor, incomparable=problems)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
