@@ -228,6 +228,14 @@ OPTIONS: tuple[Option, ...] = (
         choices=("better", "report"),
     ),
     Option(
+        "percentile_strict",
+        ("--sskj-percentile-strict",),
+        "bool",
+        "Refuse (exit 4) an SLO gate on a percentile that --requests cannot support at 95 % confidence "
+        "(default: a warning naming the requests it needs)",
+        default=False,
+    ),
+    Option(
         "max_repeats",
         ("--sskj-max-repeats",),
         "int",

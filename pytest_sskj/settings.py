@@ -109,6 +109,7 @@ class Settings:
     """``--sskj-max-repeats``: the last look of the sequential A/B design (``None``: ``repeats``, fixed)."""
     plan_difference_pct: float = 5.0
     plan_spread_pct: float | None = None
+    percentile_strict: bool = False
     deployment: Topology | None = None
     """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

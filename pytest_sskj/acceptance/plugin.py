@@ -35,6 +35,7 @@ from pytest_sskj.acceptance.search import SearchResult, highest_met, judge, sear
 from pytest_sskj.acceptance.sequential import Design, log_spread_pct, plan_line, repeat_seconds, run_sequential
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
 from pytest_sskj.acceptance.summary import overhead_line, summary_lines  # imported early, not at session end
+from pytest_sskj.bench.metrics import percentile_note, percentile_problems
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
@@ -359,7 +360,12 @@ class Acceptance:
         for o in passed:
             ok, results = judge(s.slo, o.row, osl=(key.shape or (s.isl, s.osl))[1])
             all_ok = all_ok and ok
-            lines.append(f"{o.point.id}: " + ", ".join(r.sentence() for r in results))
+            n = o.row.get("completed")
+            basis = [percentile_note(r.gate.metric, n if isinstance(n, int) else None) for r in results]
+            lines.append(
+                f"{o.point.id}: "
+                + ", ".join(r.sentence() + (f" ({b})" if b else "") for r, b in zip(results, basis, strict=True))
+            )
             gates += [
                 {
                     "metric": r.gate.metric,
@@ -371,10 +377,12 @@ class Acceptance:
                 }
                 for r in results
             ]
-        message = "; ".join(lines)
+        unsupported = percentile_problems(s.slo, s.requests)
+        message = "; ".join(lines) + "".join(f"; WARNING: {w}" for w in unsupported)
         self.record(
             {
                 "kind": "slo",
+                "warnings": unsupported,
                 "id": key.id,
                 "test_id": test_id,
                 "passed": all_ok,
@@ -488,7 +496,15 @@ def sskj_site() -> SiteDefaults:
 # -- hooks -------------------------------------------------------------------------------------------
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
-    if settings is None or settings.dry_run:
+    if settings is None:
+        return
+    unsupported = percentile_problems(settings.slo, settings.requests)
+    if unsupported and settings.percentile_strict:
+        raise pytest.UsageError(
+            "--sskj-slo: " + "; ".join(unsupported) + "\n  accepted: percentile gates the request count supports"
+            "\n  Hint: raise --requests, gate a lower percentile, or drop --sskj-percentile-strict"
+        )
+    if settings.dry_run:
         return
     from pytest_sskj.acceptance.resume import guard_resume, write_fingerprint
 

@@ -268,4 +268,7 @@ def dry_run_lines(settings: Any) -> list[str]:
         if earlier
         else "; time: no earlier run here to estimate a repeat from"
     )
-    return [f"verdicts: {design.describe()}", f"plan: {line}{when}"]
+    from pytest_sskj.bench.metrics import percentile_problems
+
+    warn = [f"WARNING: {w}" for w in percentile_problems(s.slo, s.requests)]
+    return [f"verdicts: {design.describe()}", f"plan: {line}{when}", *warn]
