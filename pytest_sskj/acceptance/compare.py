@@ -410,6 +410,23 @@ def _metric(
     )
 
 
+def _side_reasons(primary: MetricDelta, base: Sequence[RepeatSample], cand: Sequence[RepeatSample]) -> list[str]:
+    """Why a side cannot be judged: too few usable repeats, or client-bound repeats."""
+    reasons: list[str] = []
+    for side, reps, n in (("baseline", base, primary.n_baseline), ("candidate", cand, primary.n_candidate)):
+        if n < MIN_REPEATS:
+            reasons.append(
+                f"{side} has {n} usable repeat(s) of {primary.label}, at least {MIN_REPEATS} are needed; "
+                f"raise --repeats (3 or more per side)"
+            )
+        bound = [r.point_id or "?" for r in reps if r.client_bound]
+        if bound:
+            reasons.append(
+                f"{side} measurement(s) client-bound ({', '.join(bound)}): the client, not the server, set them"
+            )
+    return reasons
+
+
 def compare(
     baseline: str,
     candidate: str,
@@ -428,19 +445,8 @@ def compare(
     threshold = max(margin_pct, noise_floor_pct or 0.0)
     bars = {"threshold": threshold, "margin": margin_pct, "equivalence": max(equivalence_pct, margin_pct)}
     deltas = tuple(_metric(m, base, cand, confidence, **bars) for m in metrics)
-    reasons: list[str] = []
     primary = deltas[0]
-    for side, reps, n in (("baseline", base, primary.n_baseline), ("candidate", cand, primary.n_candidate)):
-        if n < MIN_REPEATS:
-            reasons.append(
-                f"{side} has {n} usable repeat(s) of {primary.label}, at least {MIN_REPEATS} are needed; "
-                f"raise --repeats (3 or more per side)"
-            )
-        bound = [r.point_id or "?" for r in reps if r.client_bound]
-        if bound:
-            reasons.append(
-                f"{side} measurement(s) client-bound ({', '.join(bound)}): the client, not the server, set them"
-            )
+    reasons = _side_reasons(primary, base, cand)
     outcome = primary.outcome
     notes: list[str] = []
     blocked = bool(incomparable) or any(r.client_bound for r in (*base, *cand))

@@ -182,40 +182,39 @@ def search(
             on_step(s)
         return s
 
-    best: int | None = None
-    if mode == "double":
-        c, prev_tp = 1, None
-        stop = f"reached the maximum C={max_c} (--sskj-search-max)"
-        while c <= max_c:
-            s = step(c)
-            if s.client_bound:  # invalid: neither an answer nor a miss; measure the next concurrency
-                c *= 2
-                continue
-            if not s.slo_ok:
-                stop = f"SLO missed at C={c} ({'; '.join(s.reasons)})"
-                break
-            best = c
-            if (
-                prev_tp is not None
-                and s.throughput is not None
-                and s.throughput < prev_tp * (1 + saturation_gain_pct / 100.0)
-            ):
-                gain = (s.throughput / prev_tp - 1) * 100 if prev_tp else 0.0
-                stop = f"saturated at C={c}: doubling C raised throughput {gain:+.1f} % (< {saturation_gain_pct:g} %)"
-                break
-            prev_tp = s.throughput
-            c *= 2
-        return SearchResult(mode, best, tuple(steps), stop, floor)
+    walk = _double if mode == "double" else _add16
+    best, stop = walk(step, max_c, saturation_gain_pct)
+    return SearchResult(mode, best, tuple(steps), stop, floor)
 
-    c = min(16, max_c)
-    stop = f"reached the maximum C={max_c} (--sskj-search-max)"
+
+def _double(step: Callable[[int], Step], max_c: int, gain_pct: float) -> tuple[int | None, str]:
+    """C = 1, 2, 4, ... until the SLO is missed, throughput gains less than ``gain_pct`` or ``max_c``."""
+    best: int | None = None
+    c, prev_tp = 1, None
     while c <= max_c:
         s = step(c)
-        if s.slo_ok:
-            best = c
-            c += 16
+        if s.client_bound:  # invalid: neither an answer nor a miss; measure the next concurrency
+            c *= 2
             continue
-        if s.client_bound:
+        if not s.slo_ok:
+            return best, f"SLO missed at C={c} ({'; '.join(s.reasons)})"
+        best = c
+        if prev_tp is not None and s.throughput is not None and s.throughput < prev_tp * (1 + gain_pct / 100.0):
+            gain = (s.throughput / prev_tp - 1) * 100 if prev_tp else 0.0
+            return best, f"saturated at C={c}: doubling C raised throughput {gain:+.1f} % (< {gain_pct:g} %)"
+        prev_tp = s.throughput
+        c *= 2
+    return best, f"reached the maximum C={max_c} (--sskj-search-max)"
+
+
+def _add16(step: Callable[[int], Step], max_c: int, _gain_pct: float) -> tuple[int | None, str]:
+    """C = 16, 32, ... until the first miss; with no success yet, step back by halving."""
+    best: int | None = None
+    c = min(16, max_c)
+    while c <= max_c:
+        s = step(c)
+        if s.slo_ok or s.client_bound:
+            best = c if s.slo_ok else best
             c += 16
             continue
         if best is None:
@@ -226,9 +225,8 @@ def search(
                     break
                 back //= 2
         target = f"stepped back to C={best}" if best is not None else "no concurrency met the SLO"
-        stop = f"SLO missed at C={c} ({'; '.join(s.reasons)}); {target}"
-        break
-    return SearchResult(mode, best, tuple(steps), stop, floor)
+        return best, f"SLO missed at C={c} ({'; '.join(s.reasons)}); {target}"
+    return best, f"reached the maximum C={max_c} (--sskj-search-max)"
 
 
 def highest_met(rows: Sequence[Mapping[str, Any]]) -> int | None:
