@@ -320,8 +320,13 @@ def plot_search(
     )
     fig, ax = _figure(title.strip(), run_id)
     ax.plot([c for c, _, _ in pts], [v for _, v, _ in pts], color="tab:blue", label=metric)
+    shown: set[bool] = set()
     for c, v, ok in pts:
-        ax.plot([c], [v], marker="o" if ok else "x", color="tab:green" if ok else "tab:red", linestyle="none")
+        label = None if ok in shown else "step passed" if ok else "step failed (SLO miss, or not a valid measurement)"
+        shown.add(ok)
+        ax.plot(
+            [c], [v], marker="o" if ok else "x", color="tab:green" if ok else "tab:red", linestyle="none", label=label
+        )
     _slo_mark(ax, metric, thr, max(v for _, v, _ in pts))
     best = verdict.get("best_concurrency", verdict.get("best"))
     if isinstance(best, (int, float)):
