@@ -182,6 +182,7 @@ class Reporter:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.is_worker or not self.enabled:
             return
+        self._record_invocation()
         self.settings.run_dir.mkdir(parents=True, exist_ok=True)
         self._scrub_manifest()
         self._write_allure_extras()
@@ -225,10 +226,17 @@ class Reporter:
             return
         if not self.enabled:
             return
+        self._record_invocation()
+        self.outcomes.selection.update(collected=_collected_by_suite(session.items))
+        self.outcomes.selection.setdefault("deselected", {})
+        self.outcomes.selection.setdefault("not_applicable", {})
+
+    def _record_invocation(self) -> None:
+        """What the command line selected (args, paths, -k, -m, ...): recorded at session start too, since an
+        xdist controller never collects (its workers report the collection, :meth:`pytest_testnodedown`)."""
         from pytest_sskj.report.scrub import scrub_text
 
         opt = self.config.option
-        collected = _collected_by_suite(session.items)
         self.outcomes.selection.update(
             args=[scrub_text(str(a), self.secrets) for a in self.config.invocation_params.args],
             rootdir=str(self.config.rootpath),
@@ -242,10 +250,7 @@ class Reporter:
             lf=bool(getattr(opt, "lf", False)),
             maxfail=int(getattr(opt, "maxfail", 0) or 0),
             xdist=bool(self.config.pluginmanager.hasplugin("dsession")),
-            collected=collected,
         )
-        self.outcomes.selection.setdefault("deselected", {})
-        self.outcomes.selection.setdefault("not_applicable", {})
 
     def _send_selection(self, session: pytest.Session) -> None:
         """On an xdist worker: what it collected and deselected, for the controller (which collects nothing

@@ -548,6 +548,14 @@ def _full_suite_run(selection: Mapping[str, Any], suite: str) -> bool:
     return True
 
 
+def _suite_total(selection: Mapping[str, Any], suite: str) -> int:
+    """How many tests of ``suite`` the run found: collected + deselected + the plugin's not-applicable ones."""
+    collected = (selection.get("collected") or {}).get(suite, 0)
+    deselected = (selection.get("deselected") or {}).get(suite, 0)
+    na = [n for n in (selection.get("not_applicable") or {}) if suite_of(n) == suite]
+    return int(collected or 0) + int(deselected or 0) + len(na)
+
+
 def _finished_runs(reports: Path) -> list[tuple[float, str, dict[str, Any]]]:
     """(written time, run id, outcomes) of every run with a complete ``outcomes.json``, newest first."""
     found: list[tuple[float, str, dict[str, Any]]] = []
@@ -569,12 +577,17 @@ def latest_runs(reports: Path, config: ReleaseConfig) -> list[str]:
     runs: list[str] = []
     finished = _finished_runs(reports)
     for suite in config.required_suites:
+        mine = [
+            (rid, data)
+            for _, rid, data in finished
+            if any(t.get("suite") == suite for t in data["tests"] if isinstance(t, dict))
+            and _full_suite_run(data.get("selection") or {}, suite)
+        ]
+        whole = max((_suite_total(d.get("selection") or {}, suite) for _, d in mine), default=0)
         newest: dict[str, tuple[str, dict[str, Any]]] = {}
-        for _, rid, data in finished:
+        for rid, data in mine:  # a run that found fewer tests of the suite than another selected only part of it
             sel = data.get("selection") or {}
-            if any(t.get("suite") == suite for t in data["tests"] if isinstance(t, dict)) and _full_suite_run(
-                sel, suite
-            ):
+            if _suite_total(sel, suite) >= whole:
                 newest.setdefault(_signature(sel), (rid, data))
         if not newest:
             continue
