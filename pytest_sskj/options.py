@@ -231,7 +231,7 @@ OPTIONS: tuple[Option, ...] = (
         "percentile_strict",
         ("--sskj-percentile-strict",),
         "bool",
-        "Refuse (exit 4) an SLO gate on a percentile that --requests cannot support at 95 % confidence "
+        "Refuse (exit 4) an SLO gate on a percentile that --requests cannot support at 95 percent confidence "
         "(default: a warning naming the requests it needs)",
         default=False,
     ),
@@ -240,7 +240,7 @@ OPTIONS: tuple[Option, ...] = (
         ("--sskj-max-repeats",),
         "int",
         "Sequential A/B: add interleaved repeat pairs while a comparison is inconclusive, up to N repeats per side "
-        "(group-sequential alpha spending keeps the A/A false-positive rate <= 5 %; default: --repeats, fixed)",
+        "(group-sequential alpha spending keeps the A/A false-positive rate at or below 5 percent; default: --repeats, fixed)",
     ),
     Option(
         "plan_difference_pct",
