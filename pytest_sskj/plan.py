@@ -8,6 +8,7 @@ import pytest
 
 from pytest_sskj.acceptance.sequential import dry_run_lines
 from pytest_sskj.engines import node_commands
+from pytest_sskj.redact import redact_url
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
 
@@ -67,7 +68,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
     lines += [f"  {item.nodeid}" for item in items]
     lines.append("")
     if s.target_url:
-        lines.append(f"server: already running at {s.target_url} (--target-url): no launch commands")
+        lines.append(f"server: already running at {redact_url(s.target_url)} (--target-url): no launch commands")
         return lines
     if s.deployment is not None:
         from pytest_sskj.deploy.deployment import deployment_plan_lines

@@ -625,6 +625,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", "sskj acceptance summary (median of repeats)")
     for line in lines:
         terminalreporter.write_line(line)
+    from pytest_sskj.report.conclusions import conclusion_lines  # computed from the run (h1-twin)
+
+    for line in conclusion_lines(rows, acc.stored_verdicts(), settings.as_dict())[1:]:
+        terminalreporter.write_line(line)
 
 
 def point_param_ids(settings: Settings) -> list[str]:
