@@ -98,13 +98,13 @@ def _check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
 def _dimensions(
     values: dict[str, Any], profile: Profile | None, sources: Mapping[str, str], opts: Mapping[str, Option]
 ) -> None:
-    from pytest_sskj.validate import dimensions
+    from pytest_sskj.combination import dimensions
 
     dimensions(values, profile, sources, opts)
 
 
 def _check_settings(s: Settings, opts: Mapping[str, Option]) -> None:
-    from pytest_sskj.validate import check_all
+    from pytest_sskj.combination import check_all
 
     check_all(s, opts)
 
