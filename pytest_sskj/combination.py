@@ -159,6 +159,11 @@ def check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
         )
     if s.search_floor is not None and s.search_floor > s.search_max:
         raise pytest.UsageError(f"--sskj-search-floor {s.search_floor} is above --sskj-search-max {s.search_max}")
+    if s.max_repeats is not None and s.max_repeats < s.repeats:
+        raise pytest.UsageError(
+            f"--sskj-max-repeats {s.max_repeats} is below --repeats {s.repeats}\n"
+            f"  accepted: an integer >= --repeats (the first look)\n  Hint: --sskj-max-repeats {max(10, s.repeats)}"
+        )
     if s.osl < 1 or s.isl < 1:
         raise pytest.UsageError("--isl and --osl must be at least 1")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -106,6 +105,13 @@ class Settings:
     throughput_floor: float | None = None
     recommend_metric: str = "total_throughput"
     router_python: str | None = None
+    twin_model: str | None = None
+    """The stand-in cluster's performance model (``--sskj-twin-model``; platform ``twin`` only)."""
+    max_repeats: int | None = None
+    """``--sskj-max-repeats``: the last look of the sequential A/B design (``None``: ``repeats``, fixed)."""
+    plan_difference_pct: float = 5.0
+    plan_spread_pct: float | None = None
+    percentile_strict: bool = False
     deployment: Topology | None = None
     """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -254,7 +260,9 @@ def _hint(opt: Option) -> str | None:
 
 
 def _is_local_host(host: str) -> bool:
-    return host in ("localhost", "127.0.0.1", "::1", socket.gethostname())
+    from pytest_sskj.nodes import is_local_node
+
+    return is_local_node(host)
 
 
 def resolve_settings(
