@@ -389,7 +389,7 @@ OPTIONS: tuple[Option, ...] = (
         "percentile_strict",
         ("--sskj-percentile-strict",),
         "bool",
-        "Refuse (exit 4) an SLO gate on a percentile that --requests cannot support at 95 % confidence "
+        "Refuse (exit 4) an SLO gate on a percentile that --requests cannot support at 95 percent confidence "
         "(default: a warning naming the requests it needs)",
         default=False,
     ),
@@ -398,7 +398,8 @@ OPTIONS: tuple[Option, ...] = (
         ("--sskj-max-repeats",),
         "int",
         "Sequential A/B: add interleaved repeat pairs while a comparison is inconclusive, up to N repeats per side "
-        "(group-sequential alpha spending keeps the A/A false-positive rate <= 5 %; default: --repeats, fixed)",
+        "(group-sequential alpha spending keeps the A/A false-positive rate at or below 5 percent; "
+        "default: --repeats, fixed)",
         lo=1,
         hi=1000,
         bound_why="each repeat is a collected test per point",
