@@ -597,8 +597,8 @@ OPTIONS: tuple[Option, ...] = (
         ("--sskj-twin-model",),
         "str",
         "Performance model the stand-in SGLang cluster serves (platform twin, docs/twin.md): a TOML/JSON file or a "
-        "shipped name: kimi3-pro6000 (default, seed 000), kimi3-pro6000-pd (seed 004), kimi3-pro6000-worse, kimi3-pro6000-equal, "
-        "dsv4-layouts",
+        "shipped name: kimi3-pro6000 (default, seed 000), kimi3-pro6000-pd (seed 004), kimi3-pro6000-worse, "
+        "kimi3-pro6000-equal, dsv4-layouts",
     ),
     Option("ssh_user", ("--sskj-ssh-user",), "user", "SSH user for --launcher ssh"),
     Option(
@@ -719,8 +719,10 @@ def register_options(parser: pytest.Parser) -> None:
                 metavar=opt.metavar or ("VALUE" if opt.kind in _REPEATABLE else opt.dest.upper()),
                 help=text,
             )
-        ini_type = "linelist" if opt.kind in _REPEATABLE else "string"
-        parser.addini(opt.ini, help=_help(opt), type=ini_type, default=None)
+        if opt.kind in _REPEATABLE:
+            parser.addini(opt.ini, help=_help(opt), type="linelist", default=None)
+        else:
+            parser.addini(opt.ini, help=_help(opt), type="string", default=None)
 
 
 def check_raw_args(args: list[str]) -> None:
