@@ -117,9 +117,10 @@ class SaturationMonitor:
     ) -> tuple[bool, dict[str, Any]]:
         """``(client_bound, evidence)``; the medians scale the lag allowances (absolute floors without them).
 
-        ``evidence["kind"]`` is ``saturated`` (the client's own thread was busy) or ``starved`` (it lagged
-        while mostly idle: another process had its core) and ``evidence["advice"]`` fits the kind and the
-        ``concurrency`` (at C=1 lowering the concurrency cannot help)."""
+        ``evidence["kind"]`` is ``saturated`` (the client's own thread was busy), ``starved`` (it lagged
+        while mostly idle: another process had its core) or ``lagging`` (the phase was too short to tell),
+        and ``evidence["advice"]`` fits the kind and the ``concurrency`` (at C=1 lowering the concurrency
+        cannot help)."""
         th = self.thresholds
         q = th.lag_quantile
         loop_q = _p(self.loop_lags_ms, q)
@@ -181,14 +182,18 @@ def _diagnosis(
             "saturated",
             "the client's own work is the limit: lower --concurrency or run the client on a faster machine",
         )
-    share = "an unknown share" if cpu_share is None else f"{cpu_share:.2f}"
+    if cpu_share is None:  # the phase was too short to measure the client's CPU share
+        where = "the server may share the client's cores" if concurrency is not None and concurrency <= 2 else ""
+        return "lagging", (
+            f"the client lagged ({where + '; ' if where else ''}its CPU share was not measured: the phase was "
+            "too short); run the client on a less loaded machine, or the server on other cores"
+        )
     if concurrency is not None and concurrency <= 2:
         return "starved", (
-            f"the client was starved (its thread used {share} of a core while it lagged): the server shares "
-            "the client's cores; keep the server off the client's core (a local launch pins it) or run the "
-            "client on another machine"
+            f"the client was starved (its thread used {cpu_share:.2f} of a core while it lagged): the server "
+            "shares the client's cores; run the server on other cores or the client on another machine"
         )
     return "starved", (
-        f"the client was starved (its thread used {share} of a core while it lagged): another process -- on "
-        "one box usually the server -- shares the client's cores; run the client on a less loaded machine"
+        f"the client was starved (its thread used {cpu_share:.2f} of a core while it lagged): another process "
+        "-- on one box usually the server -- shares the client's cores; run the client on a less loaded machine"
     )
