@@ -386,6 +386,47 @@ OPTIONS: tuple[Option, ...] = (
         choices_of=("better", "report"),
     ),
     Option(
+        "percentile_strict",
+        ("--sskj-percentile-strict",),
+        "bool",
+        "Refuse (exit 4) an SLO gate on a percentile that --requests cannot support at 95 % confidence "
+        "(default: a warning naming the requests it needs)",
+        default=False,
+    ),
+    Option(
+        "max_repeats",
+        ("--sskj-max-repeats",),
+        "int",
+        "Sequential A/B: add interleaved repeat pairs while a comparison is inconclusive, up to N repeats per side "
+        "(group-sequential alpha spending keeps the A/A false-positive rate <= 5 %; default: --repeats, fixed)",
+        lo=1,
+        hi=1000,
+        bound_why="each repeat is a collected test per point",
+    ),
+    Option(
+        "plan_difference_pct",
+        ("--sskj-plan-difference",),
+        "float",
+        "Power planner: the difference in percent the plan (dry run, inconclusive verdicts) sizes repeats for "
+        "(default 5)",
+        default=5.0,
+        lo=0,
+        lo_open=True,
+        hi=1000,
+        unit="%",
+    ),
+    Option(
+        "plan_spread_pct",
+        ("--sskj-plan-spread",),
+        "float",
+        "Power planner: the between-repeat spread in percent to plan with (default: the observed one; "
+        "the dry run assumes 3)",
+        lo=0,
+        lo_open=True,
+        hi=1000,
+        unit="%",
+    ),
+    Option(
         "agreement_min",
         ("--sskj-agreement-min",),
         "agreement",

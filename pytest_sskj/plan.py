@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from pytest_sskj.acceptance.sequential import dry_run_lines
 from pytest_sskj.engines import node_commands
 from pytest_sskj.redact import redact_url
 from pytest_sskj.server.spec import ServerSpec
@@ -60,6 +61,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         f"concurrency: {','.join(map(str, s.concurrencies))}",
         f"SLO: {', '.join(map(str, s.slo)) or 'none'}    search: {s.search}",
         *_dimension_lines(s),
+        *dry_run_lines(s),
         "",
         f"test matrix ({len(items)} tests):",
     ]

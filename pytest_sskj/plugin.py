@@ -18,6 +18,7 @@ from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
 _SUBPLUGINS = (
     "pytest_sskj.fixtures",
     "pytest_sskj.gpu.fixtures",
+    "pytest_sskj.gpu.serving",
     "pytest_sskj.server.fixtures",
     "pytest_sskj.bench.fixtures",
     "pytest_sskj.report.plugin",

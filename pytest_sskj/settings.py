@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -108,6 +107,11 @@ class Settings:
     router_python: str | None = None
     twin_model: str | None = None
     """The stand-in cluster's performance model (``--sskj-twin-model``; platform ``twin`` only)."""
+    max_repeats: int | None = None
+    """``--sskj-max-repeats``: the last look of the sequential A/B design (``None``: ``repeats``, fixed)."""
+    plan_difference_pct: float = 5.0
+    plan_spread_pct: float | None = None
+    percentile_strict: bool = False
     deployment: Topology | None = None
     """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -251,7 +255,9 @@ def _hint(opt: Option) -> str | None:
 
 
 def _is_local_host(host: str) -> bool:
-    return host in ("localhost", "127.0.0.1", "::1", socket.gethostname())
+    from pytest_sskj.nodes import is_local_node
+
+    return is_local_node(host)
 
 
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
@@ -454,5 +460,10 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
         )
     if s.search_floor is not None and s.search_floor > s.search_max:
         raise pytest.UsageError(f"--sskj-search-floor {s.search_floor} is above --sskj-search-max {s.search_max}")
+    if s.max_repeats is not None and s.max_repeats < s.repeats:
+        raise pytest.UsageError(
+            f"--sskj-max-repeats {s.max_repeats} is below --repeats {s.repeats}\n"
+            f"  accepted: an integer >= --repeats (the first look)\n  Hint: --sskj-max-repeats {max(10, s.repeats)}"
+        )
     if s.osl < 1 or s.isl < 1:
         raise pytest.UsageError("--isl and --osl must be at least 1")
