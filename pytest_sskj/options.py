@@ -457,6 +457,16 @@ OPTIONS: tuple[Option, ...] = (
         default=False,
     ),
     Option(
+        "cpu_partition",
+        ("--sskj-cpu-partition",),
+        "choice",
+        "CPU cores of a local launch: auto (default) keeps one core for the benchmark client and pins the server's "
+        "whole process tree (threads, children, vLLM's OMP binding) to the others, so that the server cannot starve "
+        "the client's clock; one core: nothing is pinned (the run header says so); off: no pinning",
+        default="auto",
+        choices_of=("auto", "off"),
+    ),
+    Option(
         "expect_best_chunk",
         ("--expect-best-chunk",),
         "size",

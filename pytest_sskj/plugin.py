@@ -106,6 +106,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"sskj: backends {','.join(s.backends)} | chunks {','.join(map(str, s.chunks))} | "
         f"C {','.join(map(str, s.concurrencies))} | ISL {s.isl} OSL {s.osl} | {s.requests} req x {s.repeats}",
     ]
+    from pytest_sskj.server.cpus import launch_partition
+
+    local = s.launcher == "local" and not s.target_url
+    lines.append("sskj: " + launch_partition(s.cpu_partition, local=local).describe())
     gpu_line = config.stash[EXTRA_KEY].get("gpu_header")
     if gpu_line:
         lines.append(f"sskj: {gpu_line}")
@@ -125,9 +129,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     ensure_reports_root(settings.reports_dir)
     _own_run_id(config, settings.run_dir)
-    config.stash[MANIFEST_KEY] = RunManifest.start(
-        settings.run_dir, settings.run_id, settings.as_dict(), settings_secrets(settings)
-    )
+    from pytest_sskj.server.cpus import launch_partition
+
+    manifest = RunManifest.start(settings.run_dir, settings.run_id, settings.as_dict(), settings_secrets(settings))
+    local = settings.launcher == "local" and not settings.target_url
+    manifest.update(**launch_partition(settings.cpu_partition, local=local).as_dict())  # client_cpus, server_cpus
+    config.stash[MANIFEST_KEY] = manifest
 
 
 def _own_run_id(config: pytest.Config, run_dir: Any) -> None:

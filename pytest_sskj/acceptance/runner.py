@@ -35,6 +35,7 @@ from pytest_sskj.errors import (
 )
 from pytest_sskj.records import IDENTITY_FIELDS, new_row
 from pytest_sskj.report import categories as cat
+from pytest_sskj.server.cpus import measured_fields
 from pytest_sskj.server.logscan import Finding
 from pytest_sskj.server.serving import Serving, ServingPool
 from pytest_sskj.server.spec import ServerSpec
@@ -141,6 +142,7 @@ class PointRunner:
         self.outcomes: dict[str, PointOutcome] = {}
         self.broken: dict[str, BrokenSpec] = {}
         self._client_priority = ""
+        self._cpus: dict[str, Any] = {}
 
     # -- helpers ---------------------------------------------------------------------------------------
     def spec_for(self, point: Point) -> ServerSpec:
@@ -389,6 +391,7 @@ class PointRunner:
         row.update(fixed)
         row["client_bound"] = bool(result.client_bound)
         row["client_priority"] = self._client_priority
+        row.update(self._cpus)  # client_cpus / server_cpus / cpu_partition (pytest_sskj.server.cpus)
         outcome.samples = _samples_of(result)
         _attach_result(result, outcome.samples)
         failures = list(result.failures)
@@ -472,6 +475,7 @@ class PointRunner:
 
         def work() -> None:
             box["client_priority"] = raise_client_priority()
+            box["cpus"] = measured_fields(self.settings.cpu_partition, local=_local_launch(self.settings))
             try:
                 box["result"] = bench(
                     server.urls,
@@ -525,6 +529,7 @@ class PointRunner:
                 else:
                     crash = ("bench", f"the bench client failed during {point.id}: {type(err).__name__}: {err}")
         self._client_priority = str(box.get("client_priority") or "")
+        self._cpus = dict(box.get("cpus") or {})
         result: BenchOutcome | None = box.get("result")
         return result, crash
 
@@ -548,6 +553,10 @@ def raise_client_priority() -> str:
         return f"nice {os.getpriority(os.PRIO_PROCESS, tid)} (was {before})"
     except OSError as exc:
         return f"unchanged ({exc.strerror or exc})"
+
+
+def _local_launch(settings: Settings) -> bool:
+    return settings.launcher == "local" and not settings.target_url
 
 
 def allure_step(title: str) -> Any:

@@ -346,9 +346,12 @@ def _serve(a: argparse.Namespace) -> int:
     # synchronously in this thread: a signal delivered to a C++ worker thread would never wake us.
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-    threads = max(1, a.threads)
+    # never more compute threads than the cores this process may run on (a CPU partition gives it fewer)
+    threads = max(1, min(a.threads, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else a.threads))
     if a.nice:
-        os.nice(a.nice)  # before the server starts its threads: they inherit it
+        # before the server starts its threads: they inherit it.  In its own session (autogroup) this ranks the
+        # server's threads only among themselves; the client is kept apart by the CPU partition instead
+        os.nice(a.nice)
     p = xlc.CommonParams()
     p.model.path = str(a.model)
     if a.alias:

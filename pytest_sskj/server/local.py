@@ -6,6 +6,11 @@ the given log file; the returned :class:`LocalProcess` is the
 :class:`~pytest_sskj.server.launcher.ProcessHandle`.  ``run`` executes short commands (pre-flight
 checks).  The launcher remembers every process it started, so :meth:`LocalLauncher.leftover_pids` can
 prove that teardown left nothing behind.
+
+With a :class:`~pytest_sskj.server.cpus.CpuPartition` (``--sskj-cpu-partition auto``, the default of
+:meth:`LocalLauncher.from_settings`), the first ``start`` pins this process (the benchmark client) to the client's
+core, every started tree to the server's cores (``VLLM_CPU_OMP_THREADS_BIND`` told them too), and raises this
+process's autogroup priority; ``close`` gives both back.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.nodes import is_local_node
+from pytest_sskj.server import cpus as cpu_partition
 from pytest_sskj.server.launcher import CommandResult
 from pytest_sskj.server.process import ManagedProcess, Reaper, communicate_or_kill
 from pytest_sskj.server.spec import NodeCommand
@@ -61,8 +67,21 @@ class LocalLauncher:
 
     kind = "local"
 
-    def __init__(self, *, cwd: Path | None = None, inherit_env: bool = True, reaper_state: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        cwd: Path | None = None,
+        inherit_env: bool = True,
+        reaper_state: Path | None = None,
+        partition: cpu_partition.CpuPartition | None = None,
+    ) -> None:
         self.cwd = cwd
+        self.partition = partition
+        """Client / server cores of this launch (``None`` or not ``pinned``: nothing is pinned)."""
+        self.client_priority = ""
+        """What :func:`~pytest_sskj.server.cpus.raise_autogroup_priority` did (set on the first pinned start)."""
+        self._unpin: dict[int, tuple[int, ...]] | None = None
+        self._autogroup_before: int | None = None
         self.inherit_env = inherit_env
         self.started: list[LocalProcess] = []
         self.reaper = Reaper(reaper_state) if reaper_state is not None else None
@@ -72,7 +91,20 @@ class LocalLauncher:
     def from_settings(cls, settings: Settings, *, worker: str = "") -> LocalLauncher:
         """The session's local launcher, with a reaper watchdog whose state file is named by run and worker."""
         tag = f"-{worker}" if worker else ""
-        return cls(reaper_state=settings.reports_dir / ".cache" / "reaper" / f"{settings.run_id}{tag}.json")
+        return cls(
+            reaper_state=settings.reports_dir / ".cache" / "reaper" / f"{settings.run_id}{tag}.json",
+            partition=cpu_partition.plan_partition(settings.cpu_partition),
+        )
+
+    def _pin_client(self) -> tuple[int, ...]:
+        """The server's cores, pinning this process to the client's on the first call (``()``: not pinned)."""
+        part = self.partition
+        if part is None or not part.pinned:
+            return ()
+        if self._unpin is None:
+            self._unpin = cpu_partition.pin_this_process(part.client)
+            self.client_priority, self._autogroup_before = cpu_partition.raise_autogroup_priority()
+        return part.server
 
     def _check_node(self, node: str) -> None:
         if not is_local_node(node):
@@ -90,8 +122,14 @@ class LocalLauncher:
     def start(self, cmd: NodeCommand, log_path: Path) -> LocalProcess:
         """Start ``cmd`` here in its own session; stdout and stderr go to ``log_path`` (appended)."""
         self._check_node(cmd.node)
+        server_cpus = self._pin_client()
+        env = self._env(cmd.env)
+        if server_cpus:
+            given = {k for k, _ in cmd.env} | set(os.environ)  # the user's own binding wins
+            bind = cpu_partition.format_cpus(server_cpus)
+            env.update({k: bind for k in cpu_partition.SERVER_BIND_ENV if k not in given})
         try:
-            proc = ManagedProcess(cmd.argv, log_path, env=self._env(cmd.env), cwd=self.cwd, secrets=_secrets_of(cmd))
+            proc = ManagedProcess(cmd.argv, log_path, env=env, cwd=self.cwd, secrets=_secrets_of(cmd), cpus=server_cpus)
         except OSError as exc:
             raise LauncherError(
                 f"could not start {cmd.argv[0]!r} for node {cmd.node} rank {cmd.rank}: {exc}; "
@@ -147,9 +185,13 @@ class LocalLauncher:
         return out
 
     def close(self) -> None:
-        """Stop the reaper watchdog (processes themselves are stopped through their handles)."""
+        """Stop the reaper watchdog (processes themselves are stopped through their handles); unpin the client."""
         if self.reaper is not None:
             self.reaper.close()
+        if self._unpin is not None:
+            cpu_partition.restore(self._unpin)
+            cpu_partition.restore_autogroup(self._autogroup_before)
+            self._unpin, self._autogroup_before = None, None
 
 
 def _secrets_of(cmd: NodeCommand) -> tuple[str, ...]:

@@ -143,11 +143,15 @@ class ManagedProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         secrets: Sequence[str] = (),
+        cpus: Sequence[int] = (),
     ) -> None:
+        """``cpus``: pin the process (before ``exec``; its threads and children inherit it) to these cores."""
         self.argv = tuple(argv)
+        self.cpus = tuple(cpus)
         self.secrets = tuple(s for s in secrets if s)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        from pytest_sskj.server.cpus import server_preexec
         from pytest_sskj.server.secret_argv import hide_secret_args
 
         # secret arguments go through a private file (or the environment), never the visible command line
@@ -170,6 +174,8 @@ class ManagedProcess:
                 cwd=str(cwd) if cwd else None,
                 start_new_session=True,
                 close_fds=True,
+                # one sched_setaffinity call between fork and exec: the whole tree starts on its cores
+                preexec_fn=server_preexec(self.cpus) if self.cpus else None,  # noqa: PLW1509
             )
         self.pump: threading.Thread | None = None
         if self.secrets:

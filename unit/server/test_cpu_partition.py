@@ -1,0 +1,114 @@
+"""CPU partition of a local launch (pytest_sskj.server.cpus): the server's whole tree runs away from the client."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_sskj.server import cpus
+from pytest_sskj.server.local import LocalLauncher
+from pytest_sskj.server.spec import NodeCommand
+
+needs_two = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs >= 2 cores"
+)
+
+# a server-like tree: a main thread, a worker thread and a child process with its own thread
+_TREE = r"""
+import subprocess, sys, threading, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); "
+    "open(sys.argv[1], 'w').close(); time.sleep(60)".replace("sys.argv[1]", repr(sys.argv[1] + ".child"))])
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+open(sys.argv[1], "w").close()
+child.wait()
+"""
+
+
+def _allowed(pid: int, tid: int | None = None) -> tuple[int, ...]:
+    path = Path(f"/proc/{pid}/task/{tid}/status") if tid is not None else Path(f"/proc/{pid}/status")
+    for line in path.read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return cpus.parse_cpus(line.split(":", 1)[1])
+    raise AssertionError(f"no Cpus_allowed_list in {path}")
+
+
+def _threads(pid: int) -> list[int]:
+    return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+
+
+def test_partition_keeps_one_core_for_the_client_and_gives_the_server_the_rest() -> None:
+    assert cpus.plan_partition("auto", [0, 1]) == cpus.CpuPartition((0,), (1,), "client/server")
+    four = cpus.plan_partition("auto", [3, 0, 2, 1])
+    assert (four.client, four.server) == ((0,), (1, 2, 3)), four
+    assert "client on cpu 0, server on cpu 1-3" in four.describe()
+    one = cpus.plan_partition("auto", [5])
+    assert not one.pinned and "one core only" in one.describe(), one.describe()
+    off = cpus.plan_partition("off", [0, 1])
+    assert not off.pinned and "off" in off.describe()
+    assert off.as_dict() == {"client_cpus": None, "server_cpus": None, "cpu_partition": off.note}
+    assert not cpus.launch_partition("auto", local=False).pinned
+
+
+def test_cpu_lists_read_and_write_the_kernel_format() -> None:
+    assert cpus.format_cpus((0, 2, 3, 4, 7)) == "0,2-4,7"
+    assert cpus.parse_cpus("0,2-4,7\n") == (0, 2, 3, 4, 7)
+    assert cpus.parse_cpus(cpus.format_cpus(range(1, 16))) == tuple(range(1, 16))
+
+
+@needs_two
+@pytest.mark.timeout(120)
+def test_local_server_tree_runs_on_the_server_cores_and_the_client_on_its_own(tmp_path: Path) -> None:
+    original = cpus.allowed_cpus()
+    part = cpus.plan_partition("auto", original)
+    launcher = LocalLauncher(partition=part)
+    ready = tmp_path / "ready"
+    handle = launcher.start(NodeCommand("local", 0, (sys.executable, "-c", _TREE, str(ready))), tmp_path / "tree.log")
+    try:
+        deadline = time.monotonic() + 90
+        while not (ready.exists() and Path(f"{ready}.child").exists()):
+            assert handle.poll() is None, (tmp_path / "tree.log").read_text()
+            assert time.monotonic() < deadline, "the server tree did not start within 90 s"
+            time.sleep(0.1)
+        pids = handle.pids()
+        assert len(pids) >= 2, f"expected the server and its child, saw pids {pids}"
+        seen = {(pid, tid): _allowed(pid, tid) for pid in pids for tid in _threads(pid)}
+        assert len(seen) >= 4, f"expected >= 2 threads in each of 2 processes, saw {sorted(seen)}"
+        wrong = {k: v for k, v in seen.items() if v != part.server}
+        assert not wrong, f"server threads off the server cores {part.server}: {wrong}"
+        environ = Path(f"/proc/{handle.pid}/environ").read_bytes().split(b"\0")
+        if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            bind = f"VLLM_CPU_OMP_THREADS_BIND={cpus.format_cpus(part.server)}".encode()
+            assert bind in environ, "the server was not told its cores for vLLM's OMP binding"
+        client = {tid: _allowed(os.getpid(), tid) for tid in _threads(os.getpid())}
+        assert all(v == part.client for v in client.values()), f"client threads not on {part.client}: {client}"
+        assert "autogroup" in launcher.client_priority, launcher.client_priority
+    finally:
+        handle.terminate(10.0)
+        launcher.close()
+    assert cpus.allowed_cpus() == original, "close() did not give the client its cores back"
+
+
+@needs_two
+def test_partition_off_pins_nothing(tmp_path: Path) -> None:
+    original = cpus.allowed_cpus()
+    launcher = LocalLauncher(partition=cpus.plan_partition("off"))
+    handle = launcher.start(
+        NodeCommand("local", 0, (sys.executable, "-c", "import time; time.sleep(30)")), tmp_path / "l"
+    )
+    try:
+        assert _allowed(handle.pid) == original
+        assert cpus.allowed_cpus() == original
+    finally:
+        handle.terminate(10.0)
+        launcher.close()
+
+
+def test_bench_thread_records_the_cores_it_really_runs_on() -> None:
+    fields = cpus.measured_fields("off", local=True)
+    assert fields["client_cpus"] == cpus.format_cpus(cpus.allowed_cpus())
+    assert fields["server_cpus"] is None and "off" in str(fields["cpu_partition"])
