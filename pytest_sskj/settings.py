@@ -69,6 +69,7 @@ class Settings:
     agreement_min: tuple[AgreementGate, ...]
     agreement_prompts: int
     allow_client_bound: bool
+    allow_mixed_builds: bool
     expect_best_chunk: int | None
     search: str
     search_max: int

@@ -25,6 +25,7 @@ from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import (
+    EnvironmentMismatch,
     HealthTimeout,
     LauncherError,
     ServerConfigMismatch,
@@ -36,6 +37,7 @@ from pytest_sskj.records import IDENTITY_FIELDS, new_row
 from pytest_sskj.report import categories as cat
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
+from pytest_sskj.telemetry.summary import THROUGHPUT_TOLERANCE_PCT
 
 __all__ = [
     "BrokenSpec",
@@ -355,6 +357,10 @@ class PointRunner:
                 outcome, "launch", f"{cat.CRASH} server {spec.label} could not be launched: {_excerpt(str(exc))}"
             )
             return
+        except EnvironmentMismatch as exc:  # the nodes run different builds: nothing was launched
+            self._break(pool, spec, point, "refused (mixed builds)")
+            self._fail(outcome, "environment", _excerpt(str(exc)))
+            return
         except (ServerLaunchError, ServerConfigMismatch, ServerCrashed) as exc:
             self._break(pool, spec, point, "failed to start")
             self._fail(
@@ -366,7 +372,10 @@ class PointRunner:
         _attach_commands(server)
         mark = server.mark()
         out_dir = self.store.point_dir(point.id)
-        result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
+        from pytest_sskj.telemetry import point_telemetry
+
+        with point_telemetry(server, getattr(pool, "launcher", None), out_dir) as telemetry:
+            result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
         with allure.step("log scan (every node, since the point started)"):
             try:
                 findings = list(server.findings_since(mark))
@@ -383,6 +392,7 @@ class PointRunner:
             row["client_bound"] = bool(getattr(result, "client_bound", False))
             row["client_priority"] = getattr(self, "_client_priority", None)
             outcome.samples = _samples_of(result)
+            row.update(telemetry.summary(row, tolerance_pct=THROUGHPUT_TOLERANCE_PCT))
             _attach_result(result, out_dir, outcome.samples)
             failures = list(getattr(result, "failures", []) or [])
             n_total = self.requests_for(point)
