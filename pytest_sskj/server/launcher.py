@@ -1,7 +1,8 @@
 """The ``Launcher`` protocol: how a :class:`~pytest_sskj.server.spec.NodeCommand` becomes a process on a node.
 
-Two kinds implement it: ``local`` (:mod:`pytest_sskj.server.local`, a subprocess in its own session on
-this machine) and ``ssh`` (:mod:`pytest_sskj.server.ssh`, one rank per node over OpenSSH).  Both log
+Three kinds implement it: ``local`` (:mod:`pytest_sskj.server.local`, a subprocess in its own session on
+this machine), ``ssh`` (:mod:`pytest_sskj.server.ssh`, one rank per node over OpenSSH) and ``container``
+(:mod:`pytest_sskj.server.container`, ``docker``/``podman run`` through one of the other two).  Both log
 every process to a file under ``<run dir>/logs/<node>/`` and tear down whole process trees.
 :func:`get_launcher` picks one by name; an unknown name lists the known kinds.
 """
@@ -74,6 +75,7 @@ class Launcher(Protocol):
 LAUNCHERS: dict[str, str] = {
     "local": "pytest_sskj.server.local:LocalLauncher",
     "ssh": "pytest_sskj.server.ssh:SshLauncher",
+    "container": "pytest_sskj.server.container:ContainerLauncher",
 }
 
 

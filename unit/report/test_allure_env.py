@@ -98,6 +98,7 @@ def test_environment_properties_lists_gpu_engine_flashinfer_model_and_parallel_s
 def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
     cats = {c["name"]: c for c in categories_json()}
     assert list(cats) == [
+        "Environment",
         "Out of memory",
         "NCCL error",
         "Server crash",
@@ -109,6 +110,7 @@ def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
         "Output mismatch",
     ]
     for name, msg in [
+        ("Environment", f"{cat.ENVIRONMENT} server marlin: the nodes do not run the same build"),
         ("Out of memory", f"{cat.OOM} rank 3: CUDA OOM"),
         ("NCCL error", f"{cat.NCCL} watchdog"),
         ("Server crash", f"AssertionError: {cat.CRASH} exited -9\nmore"),

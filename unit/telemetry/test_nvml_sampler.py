@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -32,7 +33,7 @@ LOAD = (
 
 class _Server:
     spec = ServerSpec(engine="embedded", backend="serial")
-    urls: list[str] = []
+    urls: ClassVar[list[str]] = []
     external = False
 
     def pids(self) -> dict[str, list[int]]:
@@ -64,5 +65,17 @@ def test_nvml_samples_power_clock_memory_utilisation_and_flags_a_foreign_cuda_pr
     assert cols["gpu_power_mean_w"] > 0 and cols["gpu_sm_clock_min_mhz"] > 0, cols
     foreign = [f for f in cols["telemetry_flags"] if f.startswith("foreign GPU process on local GPU")]
     assert foreign, f"the CUDA load is not part of the server: expected it flagged, flags {cols['telemetry_flags']}"
-    print("nvml telemetry:", {k: cols[k] for k in ("gpu_samples", "gpu_power_mean_w", "gpu_sm_clock_min_mhz",
-          "gpu_util_mean_pct", "gpu_mem_used_max_mib")}, cols["telemetry_flags"])
+    print(
+        "nvml telemetry:",
+        {
+            k: cols[k]
+            for k in (
+                "gpu_samples",
+                "gpu_power_mean_w",
+                "gpu_sm_clock_min_mhz",
+                "gpu_util_mean_pct",
+                "gpu_mem_used_max_mib",
+            )
+        },
+        cols["telemetry_flags"],
+    )

@@ -47,7 +47,7 @@ class _Counter:
         self.t0 = time.time()
 
     def body(self) -> str:
-        return f"sglang:generation_tokens_total{{tp_rank=\"0\"}} {100.0 * (time.time() - self.t0):.3f}\n"
+        return f'sglang:generation_tokens_total{{tp_rank="0"}} {100.0 * (time.time() - self.t0):.3f}\n'
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def metrics_server() -> Iterator[str]:
     counter = _Counter()
 
     class H(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server API
+        def do_GET(self) -> None:
             data = counter.body().encode() if self.path == "/metrics" else b""
             self.send_response(200 if data else 404)
             self.send_header("Content-Length", str(len(data)))
