@@ -26,7 +26,7 @@ from pytest_sskj.deploy.topology import Topology, topology_from_table
 from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, find_profile, load_profile
-from pytest_sskj.report.redact import REDACTED, redact_argv, redact_url
+from pytest_sskj.redact import REDACTED, redact_argv, redact_url
 from pytest_sskj.slo import SloGate, parse_slo
 from pytest_sskj.validate import check_ini_keys, check_settings
 

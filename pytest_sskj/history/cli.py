@@ -81,7 +81,7 @@ def _open(args: argparse.Namespace) -> Any:
     try:
         return ResultsDB(url)
     except Exception as exc:
-        from pytest_sskj.report.redact import redact_text
+        from pytest_sskj.redact import redact_text
 
         raise SystemExit(_fail(f"results database {display_url(url)} unreachable: {redact_text(str(exc))}")) from None
 
@@ -156,7 +156,7 @@ def record_release(reports: Path, tag: str) -> str:
     ``history --tag`` and ``--sskj-baseline TAG`` find it from any machine; a note, never a failure."""
     from pytest_sskj.history.db import ResultsDB, display_url, resolve_url
     from pytest_sskj.history.importer import release_marks
-    from pytest_sskj.report.redact import redact_text
+    from pytest_sskj.redact import redact_text
 
     mark = next((m for m in release_marks(reports) if m["tag"] == tag), None)
     url = resolve_url(os.environ.get("SSKJ_DB"), reports) if mark else None

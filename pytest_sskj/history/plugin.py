@@ -95,7 +95,7 @@ class HistoryRecorder:
             fn(self.db)
             self.written += 1
         except Exception as exc:  # an outage must never fail the run: the files hold everything
-            from pytest_sskj.report.redact import redact_text
+            from pytest_sskj.redact import redact_text
 
             self.skipped += 1
             self.outage = redact_text(f"{type(exc).__name__}: {exc}", self.secrets).splitlines()[0][:300]

@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_sskj import __version__
 from pytest_sskj.engines import ENGINES
-from pytest_sskj.report.redact import redact_argv, redact_text
+from pytest_sskj.redact import redact_argv, redact_text
 from pytest_sskj.rundir import atomic_write_text
 
 __all__ = ["RunManifest", "ensure_reports_root", "git_commit"]

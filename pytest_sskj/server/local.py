@@ -131,6 +131,6 @@ class LocalLauncher:
 
 def _secrets_of(cmd: NodeCommand) -> tuple[str, ...]:
     """Secret values of a command (``--api-key V`` style arguments, secret-named environment values)."""
-    from pytest_sskj.report.redact import is_secret_name, secret_arg_values
+    from pytest_sskj.redact import is_secret_name, secret_arg_values
 
     return (*secret_arg_values(cmd.argv), *(v for k, v in cmd.env if is_secret_name(k) and v))

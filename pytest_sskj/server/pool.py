@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_sskj.engines import get_engine, node_commands
 from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
-from pytest_sskj.report.redact import is_secret_name, redact_text, secret_arg_values
+from pytest_sskj.redact import is_secret_name, redact_text, secret_arg_values
 from pytest_sskj.server.health import address_from_log, wait_healthy
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle

@@ -174,7 +174,7 @@ class ManagedProcess:
 
     def _pump(self) -> None:
         """Copy the child's output line by line into the log, secret values redacted, flushing every line."""
-        from pytest_sskj.report.redact import redact_text
+        from pytest_sskj.redact import redact_text
 
         assert self.popen.stdout is not None
         with self.log_path.open("ab") as log:

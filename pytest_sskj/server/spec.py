@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pytest_sskj.report.redact import redact_argv, redact_env_items
+from pytest_sskj.redact import redact_argv, redact_env_items
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings

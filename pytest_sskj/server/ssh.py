@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_sskj.errors import LauncherError
-from pytest_sskj.report.redact import is_secret_name, redact_argv, redact_text, secret_arg_values
+from pytest_sskj.redact import is_secret_name, redact_argv, redact_text, secret_arg_values
 from pytest_sskj.server.launcher import CommandResult
 from pytest_sskj.server.process import communicate_or_kill
 from pytest_sskj.server.remote_sh import (
