@@ -19,7 +19,7 @@ from pathlib import Path
 _VALUED = {"--network", "--ipc", "--name", "-v", "-e", "--gpus", "--device", "--ulimit", "--cgroups"}
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:  # noqa: C901 - one branch per runtime subcommand
     state = Path(os.environ["SSKJ_FAKE_RUNTIME_DIR"])
     state.mkdir(parents=True, exist_ok=True)
     image, image_id = os.environ["SSKJ_FAKE_RUNTIME_IMAGE"], os.environ["SSKJ_FAKE_RUNTIME_ID"]
@@ -50,7 +50,8 @@ def main(argv: list[str]) -> int:
     with (state / "runs.jsonl").open("a") as fh:
         fh.write(json.dumps(argv) + "\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root"}
-    name, i = None, 0
+    name: str | None = None
+    i = 0
     while i < len(rest) and rest[i].startswith("-"):
         flag = rest[i]
         value = rest[i + 1] if flag in _VALUED else None
@@ -71,7 +72,6 @@ def main(argv: list[str]) -> int:
             os.setpgid(0, 0)
         (state / name).write_text(str(os.getpgid(0)))
     os.execvpe(rest[i + 1], rest[i + 1 :], env)  # noqa: S606 - the container command replaces the client
-    return 127  # pragma: no cover - exec does not return
 
 
 if __name__ == "__main__":

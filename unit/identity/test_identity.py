@@ -140,3 +140,16 @@ def test_a_node_whose_probe_cannot_run_is_recorded_with_the_reason(tmp_path: Pat
     assert ident.error is None
     assert bad.error is not None and "identity probe" in bad.error, bad
     assert differences([ident, bad]) == []
+
+
+def test_compare_sees_a_different_build_as_a_different_environment_but_not_a_run_that_predates_identity() -> None:
+    from pytest_sskj.acceptance.comparability import fact_differences
+
+    a = {"version": "0.5.23", "build": "ad5ff2b3031c", "build.sglang.commit": "593b1a9"}
+    b = {"version": "0.5.23", "build": "1c0ffee00000", "build.sglang.commit": "300c87a"}
+    assert fact_differences(a, b) == [
+        "build: 'ad5ff2b3031c' vs '1c0ffee00000'",
+        "build.sglang.commit: '593b1a9' vs '300c87a'",
+    ]
+    assert fact_differences(a, {"version": "0.5.23"}) == [], "a baseline recorded before identity stays usable"
+    assert fact_differences(a, {"version": "0.5.24"}) == ["version: '0.5.23' vs '0.5.24'"]
