@@ -5,8 +5,9 @@ nothing else.  :func:`fact_differences` lists every recorded fact (engine and Fl
 commits, torch, driver, CUDA, GPU SKU, model path, parallel sizes, ...) on which the two sides differ,
 except the compared dimension and facts that describe one server start rather than what it ran
 (``startup_s``).  A fact recorded on one side only counts as a difference: nothing proves the two
-sides agree on it; except the build identity of every node (``build``, ``build.*``), which runs from before it was
-recorded lack (its values, where both sides have them, still count: a different build is a different environment).  :func:`spec_differences` does the same for two server specs of one run.  Callers
+sides agree on it; except the build identity of every node (``build``, ``build.*``), which runs from before
+it was recorded lack (its values, where both sides have them, still count: a different build is a different
+environment).  :func:`spec_differences` does the same for two server specs of one run.  Callers
 mark a comparison ``incomparable`` with these reasons (:func:`pytest_sskj.acceptance.compare.compare`).
 """
 
@@ -32,7 +33,7 @@ def _norm(v: Any) -> Any:
 
 
 def _is_build_fact(key: str) -> bool:
-    """The every-node build identity (:func:`pytest_sskj.identity.build_facts`: ``build``, ``build.sglang.commit``...)."""
+    """The every-node build identity (:func:`pytest_sskj.identity.build_facts`: ``build``, ``build.sglang.commit``)."""
     return key == "build" or key.startswith("build.")
 
 

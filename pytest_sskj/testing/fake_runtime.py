@@ -19,7 +19,7 @@ from pathlib import Path
 _VALUED = {"--network", "--ipc", "--name", "-v", "-e", "--gpus", "--device", "--ulimit", "--cgroups"}
 
 
-def main(argv: list[str]) -> int:  # noqa: C901 - one branch per runtime subcommand
+def main(argv: list[str]) -> int:
     state = Path(os.environ["SSKJ_FAKE_RUNTIME_DIR"])
     state.mkdir(parents=True, exist_ok=True)
     image, image_id = os.environ["SSKJ_FAKE_RUNTIME_IMAGE"], os.environ["SSKJ_FAKE_RUNTIME_ID"]
