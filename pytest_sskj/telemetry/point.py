@@ -114,12 +114,15 @@ class _Scraper(threading.Thread):
         self.sink = sink
         self.stop = threading.Event()
         self.error: str | None = None
+        self._client: Any = None
 
     def scrape(self) -> None:
         import httpx
 
         try:
-            r = httpx.get(self.url, timeout=max(2.0, self.interval_s * 2))
+            if self._client is None:
+                self._client = httpx.Client(timeout=max(2.0, self.interval_s * 2))
+            r = self._client.get(self.url)
             t = time.time()
             if r.status_code != 200:
                 self.error = f"GET {self.url}: HTTP {r.status_code}"
@@ -133,13 +136,32 @@ class _Scraper(threading.Thread):
             self.scrape()
 
 
+def _local_reason(sink: list[dict[str, Any]]) -> str | None:
+    """Why this machine's NVML cannot sample (recorded into ``sink``), ``None`` when it can or when this
+    process has no pynvml to tell (then the node's own sampler decides)."""
+    from pytest_sskj.telemetry.gpu_script import nvml_unavailable
+
+    why = nvml_unavailable()
+    if why is None or why.startswith("no pynvml"):
+        return None
+    sink.append({"source": "gpu", "node": "local", "t": time.time(), "unavailable": why})
+    return why
+
+
 def _start_samplers(
-    launcher: Launcher | None, nodes: Sequence[str], python: str, interval_s: float, log_dir: Path
+    launcher: Launcher | None,
+    nodes: Sequence[str],
+    python: str,
+    interval_s: float,
+    log_dir: Path,
+    sink: list[dict[str, Any]],
 ) -> list[ProcessHandle]:
     if launcher is None:
         return []
     handles = []
     for rank, node in enumerate(nodes):
+        if node == "local" and _local_reason(sink) is not None:
+            continue  # this machine has no NVML GPU: said once per point, no sampler process started
         cmd = NodeCommand(node, rank, (python, "-c", SAMPLER_PY, f"{interval_s:g}"), serves_http=False)
         handles.append(launcher.start(cmd, log_dir / node / f"gpu-telemetry-rank{rank}.log"))
     return handles
@@ -163,7 +185,7 @@ def point_telemetry(
     handles: list[ProcessHandle] = []
     if not external:
         try:
-            handles = _start_samplers(launcher, nodes, py, interval_s, out_dir / "telemetry-logs")
+            handles = _start_samplers(launcher, nodes, py, interval_s, out_dir / "telemetry-logs", tel.records)
         except Exception as exc:
             tel.errors.append(f"GPU sampler not started: {type(exc).__name__}: {exc}")
     metrics: list[dict[str, Any]] = []
@@ -180,6 +202,8 @@ def point_telemetry(
             scraper.stop.set()
             scraper.join(timeout=interval_s * 3 + 5)
             scraper.scrape()
+            if scraper._client is not None:
+                scraper._client.close()
             if scraper.error:
                 tel.errors.append(scraper.error)
         _stop(handles, tel)

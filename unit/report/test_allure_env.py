@@ -138,7 +138,7 @@ def test_executor_names_the_ci_job_or_the_host() -> None:
 def test_write_allure_extras_writes_three_valid_files(tmp_path: Path) -> None:
     paths = write_allure_extras(tmp_path / "ar", MANIFEST)
     assert [p.name for p in paths] == ["environment.properties", "categories.json", "executor.json"]
-    assert len(json.loads(paths[1].read_text())) == 9 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
+    assert len(json.loads(paths[1].read_text())) == 10 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
 
 
 @pytest.mark.parametrize(
