@@ -13,7 +13,8 @@ pre-flight) runs the command in a throw-away container of the same image (``run 
 ``SSKJ_CONTAINER_IMAGE`` / ``SSKJ_CONTAINER_DIGEST`` (the image id from ``<runtime> image inspect`` on
 that node) set, so every node's identity names the image it really ran.
 
-:class:`ContainerConfig` is the platform layer's ``[container]`` table: ``runtime`` (docker | podman),
+:class:`ContainerConfig` is a ``[container]`` table (meant for the profile's platform layer; not yet read from
+profiles nor selectable with ``--launcher``: construct the launcher in code): ``runtime`` (docker | podman),
 ``image``, ``mounts`` (``"SRC:DST[:ro]"``), ``gpus`` (``all``, ``none`` or a device list), ``env`` (names
 and values added to every rank), ``args`` (extra ``run`` flags).
 """

@@ -31,9 +31,9 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(image_id + "\n")
         return 0
     if cmd == "ps":
-        name = rest[rest.index("--filter") + 1].removeprefix("name=^").removesuffix("$")
-        if (state / name).exists():
-            sys.stdout.write(f"c0ffee{abs(hash(name)) % 10**6:06d}\n")
+        wanted = rest[rest.index("--filter") + 1].removeprefix("name=^").removesuffix("$")
+        if (state / wanted).exists():
+            sys.stdout.write(f"c0ffee{abs(hash(wanted)) % 10**6:06d}\n")
         return 0
     if cmd == "rm":
         f = state / rest[-1]
