@@ -19,6 +19,7 @@ __all__ = [
     "CLIENT_BOUND",
     "CRASH",
     "ENVIRONMENT",
+    "INCONCLUSIVE",
     "NCCL",
     "NUMERICS",
     "OOM",
@@ -40,6 +41,8 @@ REGRESSION = "[regression]"
 CLIENT_BOUND = "[client-bound]"
 NUMERICS = "[numerics]"
 OUTPUT_MISMATCH = "[output-mismatch]"
+INCONCLUSIVE = "[inconclusive]"
+"""A comparison the repeats could not decide (not a regression): see its power-planner line."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ CATEGORIES: tuple[Category, ...] = (
     Category("Client-bound measurement", CLIENT_BOUND),
     Category("Numerics mismatch", NUMERICS, (r"Not equal to tolerance", r"Tensor-likes are not close")),
     Category("Output mismatch", OUTPUT_MISMATCH),
+    Category("Inconclusive comparison", INCONCLUSIVE),
 )
 
 

@@ -17,7 +17,6 @@ should not use xdist (workers would launch on the same GPUs).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -31,7 +30,6 @@ import pytest
 
 from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import ServerCrashed
-from pytest_sskj.gpu.serving import server_prelaunch
 from pytest_sskj.identity import session_prelaunch
 from pytest_sskj.server.launcher import Launcher
 from pytest_sskj.server.logscan import Finding, LogMark
@@ -59,20 +57,9 @@ def _worker_tag(config: pytest.Config) -> str:
 
 def _launcher_factory(settings: Settings, worker: str = "") -> Callable[[], Launcher]:
     def make() -> Launcher:
-        from pytest_sskj.server.launcher import LAUNCHERS, get_launcher
+        from pytest_sskj.server.launcher import launcher_class
 
-        if settings.launcher == "local":
-            tag = f"-{worker}" if worker else ""
-            state = settings.reports_dir / ".cache" / "reaper" / f"{settings.run_id}{tag}.json"
-            return get_launcher("local", reaper_state=state)
-        module, _, name = LAUNCHERS[settings.launcher].partition(":")
-        cls = getattr(importlib.import_module(module), name)
-        from_settings = getattr(cls, "from_settings", None)
-        if callable(from_settings):  # the launcher reads its connection settings itself
-            launcher = from_settings(settings)
-            assert isinstance(launcher, Launcher)
-            return launcher
-        return get_launcher(settings.launcher, settings=settings)
+        return launcher_class(settings.launcher).from_settings(settings, worker=worker)
 
     return make
 
@@ -93,7 +80,7 @@ def get_pool(config: pytest.Config) -> ServerPool:
         model_cache_dir=settings.reports_dir / ".cache" / "models",
         commands_for=lambda spec: config.hook.pytest_sskj_server_commands(config=config, spec=spec),
         name_tag=tag,
-        prelaunch=session_prelaunch(config, server_prelaunch(config)),
+        prelaunch=session_prelaunch(config, config.hook.pytest_sskj_server_prelaunch(config=config)),
     )
     new_pool = pool
     pool.on_started = lambda server: _record_engine_facts(config, new_pool, server)

@@ -108,6 +108,7 @@ def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
         "Client-bound measurement",
         "Numerics mismatch",
         "Output mismatch",
+        "Inconclusive comparison",
     ]
     for name, msg in [
         ("Environment", f"{cat.ENVIRONMENT} server marlin: the nodes do not run the same build"),
@@ -138,7 +139,7 @@ def test_executor_names_the_ci_job_or_the_host() -> None:
 def test_write_allure_extras_writes_three_valid_files(tmp_path: Path) -> None:
     paths = write_allure_extras(tmp_path / "ar", MANIFEST)
     assert [p.name for p in paths] == ["environment.properties", "categories.json", "executor.json"]
-    assert len(json.loads(paths[1].read_text())) == 10 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
+    assert len(json.loads(paths[1].read_text())) == 11 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
 
 
 @pytest.mark.parametrize(
