@@ -27,19 +27,16 @@ __all__ = [
 ]
 
 _MARK = "SSKJ-IDENTITY "
-_EXTRA_MODULES: Mapping[str, tuple[str, ...]] = {"sglang": ("sgl_kernel", "flashinfer", "torch")}
-"""Modules probed beyond the engine's own ``versions.modules`` (sgl-kernel ships SGLang's kernels)."""
 _PER_PACKAGE = ("version", "commit", "cuda")
 
 
 def modules_for(engine: str) -> tuple[str, ...]:
-    """The modules whose identity is probed for ``engine``: its version modules (or its distributions as module
-    names), then the engine's extra kernel packages."""
+    """The modules whose identity is probed for ``engine``: its version modules (``Engine.versions.modules``: the
+    engine, its kernel packages, torch), else its distributions as module names."""
     from pytest_sskj.engines import get_engine
 
     facts = get_engine(engine).versions
-    base = facts.modules or tuple(d.replace("-", "_") for d in facts.distributions)
-    return tuple(dict.fromkeys((*base, *_EXTRA_MODULES.get(engine, ()))))
+    return facts.modules or tuple(dict.fromkeys(d.replace("-", "_") for d in facts.distributions))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from identity_builds import make_build
 
 from pytest_sskj.errors import EnvironmentMismatch
 from pytest_sskj.identity import build_facts, differences, identity_prelaunch, probe_nodes, record_identity
@@ -19,7 +20,6 @@ from pytest_sskj.server.launcher import CommandResult
 from pytest_sskj.server.local import LocalLauncher
 from pytest_sskj.server.pool import ServerPool
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
-from pytest_sskj.testing.builds import make_build
 
 
 class PerNodeLauncher(LocalLauncher):

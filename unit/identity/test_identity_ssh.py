@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from identity_builds import make_build, python_switch
 
 from pytest_sskj.errors import EnvironmentMismatch
 from pytest_sskj.identity import differences, identity_prelaunch, probe_nodes
 from pytest_sskj.server.pool import ServerPool
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.server.ssh import SshLauncher, SshOptions
-from pytest_sskj.testing.builds import make_build, python_switch
 from pytest_sskj.testing.netns import netns_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]

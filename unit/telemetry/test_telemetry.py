@@ -106,7 +106,7 @@ def test_point_scrapes_metrics_samples_gpus_over_the_launcher_and_summarises(
         assert cols["gpu_power_mean_w"] is None and cols["gpu_sm_clock_min_mhz"] is None
     wrong = summarise(tel, {"output_throughput": 160.0}, tolerance_pct=25.0)
     (flag,) = wrong["telemetry_flags"]
-    assert flag.startswith("throughput disagreement: client 160.0 tok/s vs server 10"), flag
+    assert flag.startswith("throughput disagreement: client 160.0 tok/s vs server "), flag
     assert "tolerance ±25 %" in flag
 
 

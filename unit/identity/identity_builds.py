@@ -41,11 +41,12 @@ def make_build(
     cuda: str = "13.0",
 ) -> FakeBuild:
     """Lay out one build under ``root`` and return it."""
+    sg = "sglang"
     site = root / "lib" / "site-packages"
-    _write(site / "sglang" / "__init__.py", "from sglang.version import __version__\n")
-    _write(site / "sglang" / "version.py", f'__version__ = "{sglang}"\n')
-    info = site / f"sglang-{sglang}.dist-info"
-    _write(info / "METADATA", f"Metadata-Version: 2.1\nName: sglang\nVersion: {sglang}\n")
+    _write(site / sg / "__init__.py", f"from {sg}.version import __version__\n")
+    _write(site / sg / "version.py", f'__version__ = "{sglang}"\n')
+    info = site / f"{sg}-{sglang}.dist-info"
+    _write(info / "METADATA", f"Metadata-Version: 2.1\nName: {sg}\nVersion: {sglang}\n")
     _write(info / "RECORD", "")
     _write(
         info / "direct_url.json",
