@@ -389,7 +389,7 @@ OPTIONS: tuple[Option, ...] = (
         "percentile_strict",
         ("--sskj-percentile-strict",),
         "bool",
-        "Refuse (exit 4) an SLO gate on a percentile that --requests cannot support at 95 % confidence "
+        "Refuse (exit 4) an SLO gate on a percentile that --requests cannot support at 95 percent confidence "
         "(default: a warning naming the requests it needs)",
         default=False,
     ),
@@ -398,7 +398,8 @@ OPTIONS: tuple[Option, ...] = (
         ("--sskj-max-repeats",),
         "int",
         "Sequential A/B: add interleaved repeat pairs while a comparison is inconclusive, up to N repeats per side "
-        "(group-sequential alpha spending keeps the A/A false-positive rate <= 5 %; default: --repeats, fixed)",
+        "(group-sequential alpha spending keeps the A/A false-positive rate at or below 5 percent; "
+        "default: --repeats, fixed)",
         lo=1,
         hi=1000,
         bound_why="each repeat is a collected test per point",
@@ -604,8 +605,8 @@ OPTIONS: tuple[Option, ...] = (
         ("--sskj-twin-model",),
         "str",
         "Performance model the stand-in SGLang cluster serves (platform twin, docs/twin.md): a TOML/JSON file or a "
-        "shipped name: kimi3-pro6000 (default, seed 000), kimi3-pro6000-pd (seed 004), kimi3-pro6000-worse, kimi3-pro6000-equal, "
-        "dsv4-layouts",
+        "shipped name: kimi3-pro6000 (default, seed 000), kimi3-pro6000-pd (seed 004), kimi3-pro6000-worse, "
+        "kimi3-pro6000-equal, dsv4-layouts",
     ),
     Option("ssh_user", ("--sskj-ssh-user",), "user", "SSH user for --launcher ssh"),
     Option(
@@ -726,8 +727,10 @@ def register_options(parser: pytest.Parser) -> None:
                 metavar=opt.metavar or ("VALUE" if opt.kind in _REPEATABLE else opt.dest.upper()),
                 help=text,
             )
-        ini_type = "linelist" if opt.kind in _REPEATABLE else "string"
-        parser.addini(opt.ini, help=_help(opt), type=ini_type, default=None)
+        if opt.kind in _REPEATABLE:
+            parser.addini(opt.ini, help=_help(opt), type="linelist", default=None)
+        else:
+            parser.addini(opt.ini, help=_help(opt), type="string", default=None)
 
 
 def check_raw_args(args: list[str]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -622,6 +622,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         wall = time.perf_counter() - t0
         at = len(lines) - 1 if lines[-1].startswith("results:") else len(lines)
         lines.insert(at, overhead_line(rows, starts if isinstance(starts, dict) else None, wall))
+    lines[-1:-1] = (
+        _evidence_lines(config, settings.run_dir, acc.stored_verdicts()) if lines[-1].startswith("results:") else []
+    )
     terminalreporter.write_sep("=", "sskj acceptance summary (median of repeats)")
     for line in lines:
         terminalreporter.write_line(line)
@@ -629,6 +632,29 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     for line in conclusion_lines(rows, acc.stored_verdicts(), settings.as_dict())[1:]:
         terminalreporter.write_line(line)
+
+
+def _evidence_lines(config: pytest.Config, run_dir: Path, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The long verdict evidence goes to ``verdicts.txt`` in the run directory (the terminal has the headlines),
+    and every deselection of the session is explained."""
+    from pytest_sskj.acceptance.summary import deselection_lines, verdict_lines
+
+    out: list[str] = []
+    full = verdict_lines(verdicts)
+    if full:
+        try:
+            from pytest_sskj.rundir import atomic_write_text
+
+            atomic_write_text(run_dir / "verdicts.txt", "\n".join(full) + "\n")
+            out.append(f"evidence of every verdict: {run_dir / 'verdicts.txt'} (and verdicts.json)")
+        except OSError as exc:
+            out.append(f"could not write {run_dir / 'verdicts.txt'}: {exc}")
+    reporter = config.stash.get(EXTRA_KEY, {}).get("reporter")
+    selection = getattr(getattr(reporter, "outcomes", None), "selection", None) or {}
+    deselected = sum(int(n) for n in (selection.get("deselected") or {}).values())
+    na = selection.get("not_applicable") or {}
+    out += deselection_lines(na, deselected + len(na))
+    return out
 
 
 def point_param_ids(settings: Settings) -> list[str]:

@@ -452,8 +452,9 @@ class PointRunner:
             outcome,
             "client-bound",
             f"{cat.CLIENT_BOUND} {outcome.point.id} is not a valid measurement: the client, not the server, "
-            f"limited it ({evidence}); run the client on a less loaded machine or lower --concurrency "
-            f"(--sskj-allow-client-bound lets it pass; its comparisons stay inconclusive)",
+            f"limited it ({evidence}); "
+            + str(row.get("client_bound_advice") or "run the client on a less loaded machine or lower --concurrency")
+            + " (--sskj-allow-client-bound lets it pass; its comparisons stay inconclusive)",
         )
         return False
 

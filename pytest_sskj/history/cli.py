@@ -122,9 +122,10 @@ def _history(args: argparse.Namespace) -> int:
 
     keys = ("platform", "model", "engine", "backend", "layout", "shape", "since", "until", "tag", "run")
     rows = history_rows(_open(args), Filters(**{k: getattr(args, k) for k in keys}))
-    if not rows and args.fmt == "text":
-        _out("no stored point matches")
-        return 0
+    if not rows:  # say so, and exit 1: a script must not read an empty answer as a match
+        given = " ".join(f"--{k} {getattr(args, k)}" for k in keys if getattr(args, k) not in (None, "", []))
+        sys.stderr.write(f"no stored point matches {given or 'anything (the database is empty)'}\n")
+        return 1
     _out(render_rows(rows, HISTORY_COLUMNS, args.fmt))
     return 0
 

@@ -157,3 +157,16 @@ def test_a_release_mark_is_recorded_as_a_tag_the_baseline_can_use(
     base = resolve_baseline("v2.0", tmp_path / "elsewhere", db)
     assert (base.run_id, base.label, len(base.rows)) == ("runA", "release v2.0", 2)
     assert resolve_baseline("last-release", tmp_path / "elsewhere", db).run_id == "runA"
+
+
+def test_history_with_no_matching_point_says_so_and_exits_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: ``history --shape foo`` printed nothing useful and exited 0."""
+    from pytest_sskj.__main__ import main
+    from pytest_sskj.history.db import ResultsDB
+
+    ResultsDB(f"sqlite:///{tmp_path / 'r.sqlite'}").close()  # an empty, migrated database
+    monkeypatch.setenv("SSKJ_DB", str(tmp_path / "r.sqlite"))
+    rc = main(["history", "--shape", "foo"])
+    assert rc == 1 and "no stored point matches --shape foo" in capsys.readouterr().err

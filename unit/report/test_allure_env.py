@@ -121,6 +121,7 @@ def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
         ("Client-bound measurement", f"{cat.CLIENT_BOUND} loop lag"),
         ("Numerics mismatch", f"{cat.NUMERICS} cosine 0.91"),
         ("Output mismatch", f"{cat.OUTPUT_MISMATCH} first_token_agreement_frac 0.81 < 0.95"),
+        ("Inconclusive comparison", f"{cat.INCONCLUSIVE} b vs a: +3.00 % Input TPS"),
     ]:
         assert re.fullmatch(cats[name]["messageRegex"], msg), (name, msg)
         assert cat.categorize(msg) == name
