@@ -25,6 +25,7 @@ __all__ = [
     "redact_text",
     "redact_url",
     "secret_arg_values",
+    "url_without_userinfo",
 ]
 
 REDACTED = "***REDACTED***"
@@ -82,6 +83,17 @@ _URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(?P
 def redact_url(text: str) -> str:
     """``postgresql://ann:s3cret@db/x`` -> ``postgresql://ann:***REDACTED***@db/x`` (every URL in ``text``)."""
     return _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED + m.group("at"), text)
+
+
+def url_without_userinfo(url: str) -> str:
+    """``http://ann:pw@601:30000/v1`` -> ``http://601:30000/v1``: for a URL whose credentials nothing sends
+    (the bench client never uses userinfo), so that no record, log or terminal line can carry them."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def is_secret_name(name: str) -> bool:

@@ -85,6 +85,9 @@ def get_pool(config: pytest.Config) -> ServerPool:
     pool.on_started = lambda server: _record_engine_facts(config, new_pool, server)
     extra[_POOL] = pool
     _install_sigterm(config, pool)
+    from pytest_sskj.interrupts import INTERRUPT_GRACE_S, on_interrupt
+
+    on_interrupt(config, lambda: setattr(pool, "stop_timeout_s", min(pool.stop_timeout_s, INTERRUPT_GRACE_S)))
     return pool
 
 
@@ -167,6 +170,9 @@ def _install_sigterm(config: pytest.Config, pool: ServerPool) -> None:
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         try:
+            from pytest_sskj.interrupts import INTERRUPT_GRACE_S
+
+            pool.stop_timeout_s = min(pool.stop_timeout_s, INTERRUPT_GRACE_S)  # interrupted: nothing to wait for
             report = pool.close()
             capman = config.pluginmanager.getplugin("capturemanager")
             if capman is not None:  # the line must reach the real stderr, not a test's capture buffer

@@ -25,7 +25,7 @@ from typing import Any
 from pytest_sskj.engines import get_engine, node_commands
 from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
 from pytest_sskj.nodes import is_local_node, node_url
-from pytest_sskj.redact import is_secret_name, redact_text, secret_arg_values
+from pytest_sskj.redact import is_secret_name, redact_text, secret_arg_values, url_without_userinfo
 from pytest_sskj.server.health import address_from_log, wait_healthy
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
@@ -189,7 +189,8 @@ class ServerPool:
         self._launcher: Launcher | None = None
         self.health_timeout_s = health_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.target_url = target_url.rstrip("/") if target_url else None
+        # userinfo is sent by nothing (the client never authenticates with it): dropped, so no record holds it
+        self.target_url = url_without_userinfo(target_url).rstrip("/") if target_url else None
         self.model_cache_dir = model_cache_dir or log_dir / ".models"
         self.commands_for = commands_for
         self.verify = verify_server_info
