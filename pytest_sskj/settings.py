@@ -70,6 +70,7 @@ class Settings:
     agreement_prompts: int
     allow_client_bound: bool
     cpu_partition: str
+    allow_mixed_builds: bool
     expect_best_chunk: int | None
     search: str
     search_max: int
