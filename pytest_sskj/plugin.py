@@ -109,7 +109,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     from pytest_sskj.server.cpus import launch_partition
 
     local = s.launcher == "local" and not s.target_url
-    lines.append("sskj: " + launch_partition(s.cpu_partition, local=local).describe())
+    lines.append("sskj: " + launch_partition(s.cpu_partition, local=local, run_cpus=s.run_cpus).describe())
     gpu_line = config.stash[EXTRA_KEY].get("gpu_header")
     if gpu_line:
         lines.append(f"sskj: {gpu_line}")
@@ -133,7 +133,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     manifest = RunManifest.start(settings.run_dir, settings.run_id, settings.as_dict(), settings_secrets(settings))
     local = settings.launcher == "local" and not settings.target_url
-    manifest.update(**launch_partition(settings.cpu_partition, local=local).as_dict())  # client_cpus, server_cpus
+    part = launch_partition(settings.cpu_partition, local=local, run_cpus=settings.run_cpus)
+    manifest.update(**part.as_dict())  # client_cpus, server_cpus
     config.stash[MANIFEST_KEY] = manifest
 
 

@@ -116,6 +116,9 @@ class Settings:
     percentile_strict: bool = False
     deployment: Topology | None = None
     """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
+    run_cpus: tuple[int, ...] = ()
+    """The cores this run may use, read when the settings were built (before a CPU partition pins anything):
+    what :func:`pytest_sskj.server.cpus.launch_partition` splits between the client and a local server."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Where each setting came from: ``cli``, ``env``, ``ini``, ``profile``, ``engine`` or ``default``."""
 
@@ -340,6 +343,7 @@ def resolve_settings(
         values["launcher"] = "ssh" if remote else "local"
         r.sources["launcher"] = "derived"
     registry.dimensions(values, r.profile, r.sources, by_dest)
+    values["run_cpus"] = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
     settings = Settings(sources=dict(r.sources), **values)
     registry.check_settings(settings, by_dest)
     return settings

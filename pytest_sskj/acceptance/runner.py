@@ -484,7 +484,8 @@ class PointRunner:
 
         def work() -> None:
             box["client_priority"] = raise_client_priority()
-            box["cpus"] = measured_fields(self.settings.cpu_partition, local=_local_launch(self.settings))
+            s = self.settings
+            box["cpus"] = measured_fields(s.cpu_partition, local=_local_launch(s), run_cpus=s.run_cpus)
             try:
                 box["result"] = bench(
                     server.urls,

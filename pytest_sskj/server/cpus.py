@@ -188,17 +188,18 @@ def restore_autogroup(nice: int | None) -> None:
         pass
 
 
-def launch_partition(mode: str, *, local: bool) -> CpuPartition:
-    """The partition a run applies: :func:`plan_partition` for a local launch, none for a target or remote one."""
+def launch_partition(mode: str, *, local: bool, run_cpus: Sequence[int] | None = None) -> CpuPartition:
+    """The partition a run applies: :func:`plan_partition` over ``run_cpus`` (the run's cores, read before
+    anything was pinned; default: this thread's) for a local launch, none for a target or remote one."""
     if not local:
         return CpuPartition((), (), "not a local launch (the server is not on this box)")
-    return plan_partition(mode)
+    return plan_partition(mode, run_cpus or None)
 
 
-def measured_fields(mode: str, *, local: bool) -> dict[str, object]:
+def measured_fields(mode: str, *, local: bool, run_cpus: Sequence[int] | None = None) -> dict[str, object]:
     """Result-row fields read on the calling (bench) thread: the cores it really runs on, and the server's
     cores where this thread is pinned as the partition says (``None`` otherwise)."""
-    part = launch_partition(mode, local=local)
+    part = launch_partition(mode, local=local, run_cpus=run_cpus)
     mine = allowed_cpus()
     pinned = part.pinned and mine == part.client
     return {

@@ -93,7 +93,7 @@ class LocalLauncher:
         tag = f"-{worker}" if worker else ""
         return cls(
             reaper_state=settings.reports_dir / ".cache" / "reaper" / f"{settings.run_id}{tag}.json",
-            partition=cpu_partition.plan_partition(settings.cpu_partition),
+            partition=cpu_partition.plan_partition(settings.cpu_partition, settings.run_cpus or None),
         )
 
     def _pin_client(self) -> tuple[int, ...]:

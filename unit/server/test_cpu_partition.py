@@ -112,3 +112,35 @@ def test_bench_thread_records_the_cores_it_really_runs_on() -> None:
     fields = cpus.measured_fields("off", local=True)
     assert fields["client_cpus"] == cpus.format_cpus(cpus.allowed_cpus())
     assert fields["server_cpus"] is None and "off" in str(fields["cpu_partition"])
+
+
+def test_header_prints_the_partition_and_a_bad_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    res = pytester.runpytest("--collect-only", "--sskj-cpu-partition", "off")
+    res.stdout.fnmatch_lines(["sskj: cpu partition: none (off (--sskj-cpu-partition off))"])
+    res = pytester.runpytest("--collect-only")
+    want = cpus.launch_partition("auto", local=True).describe()
+    res.stdout.fnmatch_lines([f"sskj: {want}"])
+    bad = pytester.runpytest("--collect-only", "--sskj-cpu-partition", "half")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR, bad.stderr.str()
+    bad.stderr.fnmatch_lines(["*--sskj-cpu-partition*"])
+
+
+@needs_two
+def test_a_second_launcher_of_the_run_plans_over_the_run_cores_not_the_pinned_client(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    from pytest_sskj.stash import SETTINGS_KEY
+
+    settings = pytester.parseconfigure().stash[SETTINGS_KEY]
+    first = LocalLauncher.from_settings(settings)
+    handle = first.start(NodeCommand("local", 0, (sys.executable, "-c", "import time; time.sleep(30)")), tmp_path / "a")
+    try:
+        assert cpus.allowed_cpus() == first.partition.client if first.partition else False
+        second = LocalLauncher.from_settings(settings)
+        assert second.partition == first.partition and second.partition is not None and second.partition.pinned
+        fields = cpus.measured_fields("auto", local=True, run_cpus=settings.run_cpus)
+        assert fields["server_cpus"] == cpus.format_cpus(first.partition.server), fields
+    finally:
+        handle.terminate(10.0)
+        first.close()
