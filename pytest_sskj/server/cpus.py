@@ -206,4 +206,15 @@ def measured_fields(mode: str, *, local: bool, run_cpus: Sequence[int] | None = 
         "client_cpus": format_cpus(mine) if mine else None,
         "server_cpus": format_cpus(part.server) if pinned else None,
         "cpu_partition": "client/server" if pinned else part.note,
+        "client_autogroup_nice": _autogroup_nice(),
     }
+
+
+def _autogroup_nice() -> int | None:
+    """This process's autogroup nice (``None``: no autogroups here): the priority the scheduler honours."""
+    try:
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+            return None
+        return int(Path("/proc/self/autogroup").read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None

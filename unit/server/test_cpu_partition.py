@@ -141,6 +141,8 @@ def test_a_second_launcher_of_the_run_plans_over_the_run_cores_not_the_pinned_cl
         assert second.partition == first.partition and second.partition is not None and second.partition.pinned
         fields = cpus.measured_fields("auto", local=True, run_cpus=settings.run_cpus)
         assert fields["server_cpus"] == cpus.format_cpus(first.partition.server), fields
+        if first.client_priority.startswith("autogroup nice"):  # root / CAP_SYS_NICE with autogroups on
+            assert fields["client_autogroup_nice"] == cpus.CLIENT_AUTOGROUP_NICE, fields
     finally:
         handle.terminate(10.0)
         first.close()
