@@ -362,8 +362,8 @@ OPTIONS: tuple[Option, ...] = (
         ("--sskj-twin-model",),
         "str",
         "Performance model the stand-in SGLang cluster serves (platform twin, docs/twin.md): a TOML/JSON file or a "
-        "shipped name: kimi3-pro6000 (default, seed 000), kimi3-pro6000-pd (seed 004), kimi3-pro6000-worse, kimi3-pro6000-equal, "
-        "dsv4-layouts",
+        "shipped name: kimi3-pro6000 (default, seed 000), kimi3-pro6000-pd (seed 004), kimi3-pro6000-worse, "
+        "kimi3-pro6000-equal, dsv4-layouts",
     ),
     Option("ssh_user", ("--sskj-ssh-user",), "str", "SSH user for --launcher ssh"),
     Option("ssh_port", ("--sskj-ssh-port",), "port1", "SSH port for --launcher ssh (default 22)", default=22),

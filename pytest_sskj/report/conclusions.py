@@ -74,7 +74,11 @@ def _medians(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], tu
     """(backend, chunk, C) -> median input TPS and TTFT P50 (ms) over the passed repeats."""
     acc: dict[tuple[str, int, int], tuple[list[float], list[float]]] = {}
     for r in rows:
-        if r.get("status") != "passed" or r.get("chunk") in (None, "") or r.get("kind") not in (None, "", "serve", "point"):
+        if (
+            r.get("status") != "passed"
+            or r.get("chunk") in (None, "")
+            or r.get("kind") not in (None, "", "serve", "point")
+        ):
             continue
         key = (str(r.get("backend")), int(r["chunk"]), int(r.get("concurrency") or 0))
         tps, ttft = acc.setdefault(key, ([], []))
@@ -129,7 +133,9 @@ def _best_chunks(med: Mapping[tuple[str, int, int], Any], backends: Sequence[str
         if len(chunks) == 1:
             ch = chunks[0]
             if grid[0] < ch < grid[-1]:
-                edge = f"inside the grid ({' < '.join(_chunk(g) for g in grid)}): it beats both smaller and larger chunks"
+                edge = (
+                    f"inside the grid ({' < '.join(_chunk(g) for g in grid)}): it beats both smaller and larger chunks"
+                )
             else:
                 side = "smallest" if ch == grid[0] else "largest"
                 edge = f"at the grid's edge (the {side} chunk tried): the optimum may lie beyond it, extend --chunk"
@@ -156,15 +162,44 @@ def _saturation(med: Mapping[tuple[str, int, int], Any], backends: Sequence[str]
     span = f"input TPS {_fmt(min(tps))} … {_fmt(max(tps))}, TTFT P50 x{min(ratios):.2f} … x{max(ratios):.2f}"
     head = f"C {lo} -> {hi} at fixed backend and chunk: {span}"
     if max(abs(t) for t in tps) <= _SAT_TPS_PCT and min(ratios) >= _SAT_TTFT_SHARE * hi / lo:
-        return [f"{head}: throughput is basically unchanged while TTFT grows with C, so C={lo} is already near "
-                f"prefill-throughput saturation"]
+        return [
+            f"{head}: throughput is basically unchanged while TTFT grows with C, so C={lo} is already near "
+            f"prefill-throughput saturation"
+        ]
     return [f"{head}: throughput still changes with C, C={lo} does not saturate"]
+
+
+def _shape(r: Mapping[str, Any]) -> tuple[Any, Any]:
+    return r.get("isl"), r.get("osl")
 
 
 def conclusions(
     rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]
 ) -> Conclusions:
-    """The conclusions of a run (see the module docstring); empty when it has no serving points."""
+    """The conclusions of a run (see the module docstring), per shape (ISL -> OSL) when it has several; empty
+    when it has no serving points."""
+    shapes = sorted({_shape(r) for r in rows}, key=lambda t: (int(t[0] or 0), int(t[1] or 0)))
+    if len(shapes) <= 1:
+        return _one_shape(rows, verdicts, settings)
+    parts = []
+    for shp in shapes:
+        sub = _one_shape(
+            [r for r in rows if _shape(r) == shp], [v for v in verdicts if _shape(v) in (shp, (None, None))], settings
+        )
+        parts.append((f"[{shp[0]}->{shp[1]}] ", sub))
+    first = parts[0][1]
+    return Conclusions(
+        tuple(tag + s for tag, c in parts for s in c.statements),
+        first.recommendation,
+        first.ab_all_better,
+        {k: v for _, c in parts for k, v in c.outcomes.items()},
+        first.best_chunks,
+    )
+
+
+def _one_shape(
+    rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]
+) -> Conclusions:
     med = _medians(rows)
     if not med:
         return Conclusions()
@@ -173,7 +208,9 @@ def conclusions(
     statements: list[str] = []
     all_better: bool | None = None
     if comps:
-        planned = [f"{_chunk(ch)}/C{c}" for ch in settings.get("chunks") or () for c in settings.get("concurrencies") or ()]
+        planned = [
+            f"{_chunk(ch)}/C{c}" for ch in settings.get("chunks") or () for c in settings.get("concurrencies") or ()
+        ]
         ab, all_better = _ab(comps, med, planned)
         statements += ab
     chunk_lines, best = _best_chunks(med, backends)
@@ -191,7 +228,9 @@ def conclusions(
         why = (
             f"{cand} better on every shape"
             if all_better
-            else f"{cand} worse on every shape" if worse_all else f"{cand} not better on every shape"
+            else f"{cand} worse on every shape"
+            if worse_all
+            else f"{cand} not better on every shape"
         )
         statements.append(f"recommendation: {rec} ({why})")
     outcomes = {str(v.get("id")): str(v.get("outcome")) for v in comps}

@@ -30,7 +30,7 @@ PLATFORM = {
 
 def _torchvision_repair() -> None:
     try:
-        import torchvision.transforms  # noqa: F401
+        import torchvision.transforms
     except ModuleNotFoundError:
         return
     except RuntimeError as exc:
