@@ -10,24 +10,24 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_sskj import parsing
-from pytest_sskj.acceptance.agreement import AgreementGate, parse_gates
+from pytest_sskj import parsing, schema
+from pytest_sskj.acceptance.agreement import AgreementGate
 from pytest_sskj.deploy.layouts import Layout, build_shapes, layout_problems, parse_size_seq, resolve_layouts
 from pytest_sskj.deploy.topology import Topology, topology_from_table
 from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
 from pytest_sskj.profile import Profile, find_profile, load_profile
-from pytest_sskj.report.redact import REDACTED, redact_argv, redact_url
-from pytest_sskj.slo import SloGate, parse_slo
+from pytest_sskj.redact import REDACTED, redact_argv, redact_url
+from pytest_sskj.registry import value_parsers
+from pytest_sskj.slo import SloGate
 from pytest_sskj.validate import check_ini_keys, check_settings
 
 __all__ = ["Settings", "new_run_id", "resolve_settings"]
@@ -107,6 +107,11 @@ class Settings:
     router_python: str | None = None
     twin_model: str | None = None
     """The stand-in cluster's performance model (``--sskj-twin-model``; platform ``twin`` only)."""
+    max_repeats: int | None = None
+    """``--sskj-max-repeats``: the last look of the sequential A/B design (``None``: ``repeats``, fixed)."""
+    plan_difference_pct: float = 5.0
+    plan_spread_pct: float | None = None
+    percentile_strict: bool = False
     deployment: Topology | None = None
     """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -162,66 +167,8 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def _parse_env_pairs(items: list[str]) -> tuple[tuple[str, str], ...]:
-    out: list[tuple[str, str]] = []
-    for item in items:
-        name, sep, value = str(item).partition("=")
-        if not sep or not name.strip() or not name.strip().replace("_", "").isalnum():
-            raise ValueError(f"{item!r} is not KEY=VALUE")
-        out.append((name.strip(), value))
-    return tuple(out)
-
-
-_PARSERS: dict[str, Callable[[Any], Any]] = {
-    "str": lambda v: str(v).strip() or None,
-    "int": lambda v: parsing.parse_int(v, minimum=1),
-    "int0": lambda v: parsing.parse_int(v, minimum=0),
-    "port": lambda v: parsing.parse_port(v, minimum=0),
-    "port1": lambda v: parsing.parse_port(v, minimum=1),
-    "float": lambda v: float(v) if str(v).strip().lower() in ("inf", "+inf") else _nonneg_float(v),
-    "bool": parsing.parse_bool,
-    "size": parsing.parse_size,
-    "size_list": parsing.parse_size_list,
-    "int_list": parsing.parse_int_list,
-    "name_list": parsing.parse_name_list,
-    "backend_list": lambda v: parsing.parse_name_list(v, twice_ok=True),
-    "path": lambda v: Path(str(v)).expanduser(),
-    "slo": parse_slo,
-    "agreement": parse_gates,
-    "size_seq": parse_size_seq,
-}
-
-
-def _nonneg_float(v: Any) -> float:
-    try:
-        f = float(str(v).strip())
-    except ValueError:
-        raise ValueError(f"{v!r} is not a number") from None
-    if f < 0:
-        raise ValueError(f"{v!r} must not be negative")
-    return f
-
-
 def _accepted(opt: Option) -> str:
-    return {
-        "int": "a whole number >= 1",
-        "int0": "a whole number >= 0",
-        "port": "a TCP port 1-65535, or 0 to pick a free one",
-        "port1": "a TCP port 1-65535",
-        "float": "a number >= 0 (or inf)",
-        "bool": "1/0, true/false",
-        "size": "a token count with optional K suffix: 1, 512, 16K",
-        "size_list": "a comma list of sizes: 4096,8K,16k",
-        "size_seq": "a size or a comma list of sizes: 16K, 1K,16K",
-        "int_list": "a comma list of whole numbers >= 1: 8,16",
-        "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
-        "backend_list": "a comma list of names, baseline first: marlin,flashinfer_mxfp4 (a name twice: A/A control)",
-        "nodes": "601-604, 601,603, gpu601-gpu604, host names, inventory:FILE.toml",
-        "choice": ", ".join(opt.choices),
-        "slo": "gates METRIC OP NUMBER like p95_ttft_ms<3000,p95_tpot_ms<50 (OP < <= > >=), or none",
-        "agreement": "gates like first_token_agreement_frac>=0.95,identical_seq_frac>=1, a bare fraction, or none",
-        "append": "KEY=VALUE" if opt.dest == "env" else "any string",
-    }.get(opt.kind, "a string")
+    return schema.accepted(opt)
 
 
 def _where(source: str, opt: Option, profile: Profile | None) -> str:
@@ -253,10 +200,10 @@ class _Resolver:
         cli = self.config.getoption(f"sskj_{opt.dest}", None)
         if cli is not None:
             return cli, "cli"
-        if opt.env in self.environ and self.environ[opt.env].strip() != "":
+        if opt.env in self.environ:  # an empty SSKJ_X= is a value too (and refused as empty), never "unset"
             val: Any = self.environ[opt.env]
-            if opt.kind == "append":
-                val = [v for v in val.split(";") if v.strip()] if opt.dest == "env" else val.split()
+            if opt.kind in ("append", "env", "ssh_options") and val.strip():
+                val = [v for v in val.split(";") if v.strip()] if opt.kind == "env" else val.split()
             return val, "env"
         ini = self.config.getini(opt.ini)
         if ini not in (None, "", []):
@@ -266,22 +213,16 @@ class _Resolver:
         return None
 
     def parse(self, opt: Option, value: Any, source: str) -> Any:
+        """The typed value by the option's schema (:mod:`pytest_sskj.schema`), whatever its source."""
         where = _where(source, opt, self.profile)
         try:
-            if opt.kind == "choice":
-                text = str(value).strip()
-                if text not in opt.choices:
-                    raise ValueError(f"{text!r} is not one of {', '.join(opt.choices)}")
-                return text
-            if opt.kind == "append":
-                items = [value] if isinstance(value, str) else list(value)
-                return _parse_env_pairs(items) if opt.dest == "env" else tuple(str(v) for v in items)
-            if opt.kind == "nodes":
-                base = self.profile.origin("nodes").parent if source == "profile" and self.profile else Path.cwd()
-                return parsing.expand_nodes(value, template=self.node_template, base_dir=base)
-            return _PARSERS[opt.kind](value)
+            return schema.parse_value(opt, value, extra=value_parsers(), nodes=lambda text: self._nodes(text, source))
         except ValueError as exc:
             raise _usage(opt, where, str(exc), _hint(opt)) from None
+
+    def _nodes(self, text: str, source: str) -> tuple[str, ...]:
+        base = self.profile.origin("nodes").parent if source == "profile" and self.profile else Path.cwd()
+        return parsing.expand_nodes(text, template=self.node_template, base_dir=base)
 
     def get(self, opt: Option, engine_defaults: Mapping[str, Any]) -> Any:
         found = self.raw(opt)
@@ -295,7 +236,7 @@ class _Resolver:
         self.sources[opt.dest] = "default"
         if opt.default is None:
             return None
-        if opt.kind in ("str", "choice"):
+        if opt.kind == "choice":
             return opt.default
         return self.parse(opt, opt.default, "default")
 
@@ -314,12 +255,24 @@ def _hint(opt: Option) -> str | None:
 
 
 def _is_local_host(host: str) -> bool:
-    return host in ("localhost", "127.0.0.1", "::1", socket.gethostname())
+    from pytest_sskj.nodes import is_local_node
+
+    return is_local_node(host)
 
 
 def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
     """Resolve every option; raise ``pytest.UsageError`` on the first bad value or combination."""
-    r = _Resolver(config, os.environ if environ is None else environ)
+    env = os.environ if environ is None else environ
+    try:
+        schema.check_environment(env, (o.env for o in OPTIONS))
+    except ValueError as exc:
+        what, _, hint = str(exc).partition("\n  Hint: ")
+        raise pytest.UsageError(
+            f"{what}\n  accepted: the SSKJ_* variables of the options table (`pytest --help`, README.md) and the "
+            f"declared infrastructure variables (pytest_sskj/schema.py: SSKJ_NETNS_*, SSKJ_REQUIRE_*, SSKJ_*_PYTHON, "
+            f"SSKJ_VLLM_VENV, ...)\n  Hint: {hint}"
+        ) from None
+    r = _Resolver(config, env)
     by_dest = {o.dest: o for o in OPTIONS}
 
     prof = r.raw(by_dest["profile"])
@@ -507,5 +460,10 @@ def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
         )
     if s.search_floor is not None and s.search_floor > s.search_max:
         raise pytest.UsageError(f"--sskj-search-floor {s.search_floor} is above --sskj-search-max {s.search_max}")
+    if s.max_repeats is not None and s.max_repeats < s.repeats:
+        raise pytest.UsageError(
+            f"--sskj-max-repeats {s.max_repeats} is below --repeats {s.repeats}\n"
+            f"  accepted: an integer >= --repeats (the first look)\n  Hint: --sskj-max-repeats {max(10, s.repeats)}"
+        )
     if s.osl < 1 or s.isl < 1:
         raise pytest.UsageError("--isl and --osl must be at least 1")

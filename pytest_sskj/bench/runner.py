@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_sskj.bench.client import BenchClient, BenchTimeouts
 from pytest_sskj.bench.endpoints import Endpoint, get_endpoint
@@ -31,6 +32,9 @@ from pytest_sskj.bench.result import BenchResult, RepeatsResult
 from pytest_sskj.bench.saturation import SaturationMonitor, SaturationThresholds
 from pytest_sskj.bench.workload import PlannedRequest, Workload, plan_requests
 from pytest_sskj.rundir import atomic_write_text
+
+if TYPE_CHECKING:
+    from pytest_sskj.engines.base import CacheReset
 
 __all__ = ["REQUESTS_FILE", "arun_bench", "run_bench", "run_repeats"]
 
@@ -241,6 +245,7 @@ async def arun_bench(
     label: str = "",
     progress: Progress | None = None,
     flush_cache: bool = True,
+    cache_reset: Sequence[CacheReset] | None = None,
     client: BenchClient | None = None,
     timeouts: BenchTimeouts | None = None,
     thresholds: SaturationThresholds | None = None,
@@ -265,7 +270,9 @@ async def arun_bench(
         flushes = {}
         for u in url_list:
             if flush_cache and not hung:
-                flushes[u] = await _bounded(client.flush_cache(u), client, "POST /flush_cache", hung) or "no answer"
+                flushes[u] = (
+                    await _bounded(client.flush_cache(u, cache_reset), client, "cache reset", hung) or "no answer"
+                )
             else:
                 flushes[u] = "skipped"
         sink = stack.enter_context(RecordSink(out_dir / REQUESTS_FILE))
@@ -332,7 +339,7 @@ def _write_result(result: BenchResult) -> None:
         "label": result.label,
         "repeat": result.repeat,
         "urls": result.urls,
-        "workload": {k: getattr(result.workload, k) for k in result.workload.__dataclass_fields__},
+        "workload": dataclasses.asdict(result.workload),
         "metrics": result.metrics,
         "failures": result.failures,
         "client_bound": result.client_bound,
@@ -356,6 +363,7 @@ def run_bench(
     label: str = "",
     progress: Progress | None = None,
     flush_cache: bool = True,
+    cache_reset: Sequence[CacheReset] | None = None,
     timeouts: BenchTimeouts | None = None,
     thresholds: SaturationThresholds | None = None,
 ) -> BenchResult:
@@ -375,6 +383,7 @@ def run_bench(
             label=label,
             progress=progress,
             flush_cache=flush_cache,
+            cache_reset=cache_reset,
             timeouts=timeouts,
             thresholds=thresholds,
         )
@@ -390,6 +399,7 @@ def run_repeats(
     label: str = "",
     progress: Callable[[int, int, int, int], None] | None = None,
     flush_cache: bool = True,
+    cache_reset: Sequence[CacheReset] | None = None,
     timeouts: BenchTimeouts | None = None,
 ) -> RepeatsResult:
     """``repeats`` repeats of ``workload`` (fresh prompt ids each, cache flushed before each where offered).
@@ -405,7 +415,15 @@ def run_repeats(
             cb = _bind_repeat(progress, r, repeats)
         results.append(
             run_bench(
-                urls, workload, out_dir, repeat=r, label=label, progress=cb, flush_cache=flush_cache, timeouts=timeouts
+                urls,
+                workload,
+                out_dir,
+                repeat=r,
+                label=label,
+                progress=cb,
+                flush_cache=flush_cache,
+                cache_reset=cache_reset,
+                timeouts=timeouts,
             )
         )
     return RepeatsResult(results)

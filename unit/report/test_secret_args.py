@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sskj.report.redact import (
+from pytest_sskj.redact import (
     REDACTED,
     is_secret_flag,
     is_secret_name,
