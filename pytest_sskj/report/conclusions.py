@@ -221,7 +221,7 @@ def _one_shape(
         base, cand = str(comps[0].get("baseline")), str(comps[0].get("candidate"))
         worse_all = all(v.get("outcome") == "worse" for v in comps)
         pick = cand if all_better else base
-        chunks = sorted(set(best.get(pick, {}).values()))
+        chunks = sorted(set(best.get(pick, {}).values())) or sorted({k[1] for k in med if k[0] == pick})
         chunk_txt = f" + chunk {chunks[0]}" if len(chunks) == 1 else ""
         ep = settings.get("ep")
         rec = f"{'EP' + str(ep) + ' + ' if ep else ''}{pick}{chunk_txt}"
