@@ -457,6 +457,14 @@ OPTIONS: tuple[Option, ...] = (
         default=False,
     ),
     Option(
+        "allow_mixed_builds",
+        ("--sskj-allow-mixed-builds",),
+        "bool",
+        "Launch even when the nodes run different builds (engine/commit, torch+CUDA, driver, image differ; refused "
+        "with category environment by default); the mix is recorded in the manifest",
+        default=False,
+    ),
+    Option(
         "expect_best_chunk",
         ("--expect-best-chunk",),
         "size",
@@ -719,8 +727,10 @@ def register_options(parser: pytest.Parser) -> None:
                 metavar=opt.metavar or ("VALUE" if opt.kind in _REPEATABLE else opt.dest.upper()),
                 help=text,
             )
-        ini_type = "linelist" if opt.kind in _REPEATABLE else "string"
-        parser.addini(opt.ini, help=_help(opt), type=ini_type, default=None)
+        if opt.kind in _REPEATABLE:
+            parser.addini(opt.ini, help=_help(opt), type="linelist", default=None)
+        else:
+            parser.addini(opt.ini, help=_help(opt), type="string", default=None)
 
 
 def check_raw_args(args: list[str]) -> None:

@@ -14,23 +14,23 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_sskj import parsing, schema
-from pytest_sskj.acceptance.agreement import AgreementGate
-from pytest_sskj.deploy.layouts import Layout, build_shapes, layout_problems, parse_size_seq, resolve_layouts
-from pytest_sskj.deploy.topology import Topology, topology_from_table
-from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
-from pytest_sskj.profile import Profile, find_profile, load_profile
 from pytest_sskj.redact import REDACTED, redact_argv, redact_url
-from pytest_sskj.registry import value_parsers
-from pytest_sskj.slo import SloGate
-from pytest_sskj.validate import check_ini_keys, check_settings
 
-__all__ = ["Settings", "new_run_id", "resolve_settings"]
+if TYPE_CHECKING:
+    from pytest_sskj.acceptance.agreement import AgreementGate
+    from pytest_sskj.deploy.layouts import Layout
+    from pytest_sskj.deploy.topology import Topology
+    from pytest_sskj.profile import Profile
+    from pytest_sskj.registry import Registry
+    from pytest_sskj.slo import SloGate
+
+__all__ = ["Settings", "new_run_id", "resolve_settings", "usage_error", "where"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class Settings:
     agreement_min: tuple[AgreementGate, ...]
     agreement_prompts: int
     allow_client_bound: bool
+    allow_mixed_builds: bool
     expect_best_chunk: int | None
     search: str
     search_max: int
@@ -171,7 +172,8 @@ def _accepted(opt: Option) -> str:
     return schema.accepted(opt)
 
 
-def _where(source: str, opt: Option, profile: Profile | None) -> str:
+def where(source: str, opt: Option, profile: Profile | None) -> str:
+    """Where a value came from, for messages: ``--tp on the command line``, ``environment variable SSKJ_TP``, ..."""
     return {
         "cli": f"{opt.display} on the command line",
         "env": f"environment variable {opt.env}",
@@ -180,7 +182,8 @@ def _where(source: str, opt: Option, profile: Profile | None) -> str:
     }.get(source, opt.display)
 
 
-def _usage(opt: Option, where: str, problem: str, hint: str | None = None) -> pytest.UsageError:
+def usage_error(opt: Option, where: str, problem: str, hint: str | None = None) -> pytest.UsageError:
+    """The what / accepted / hint usage error of ``opt``."""
     msg = f"{where}: {problem}\n  accepted: {_accepted(opt)}"
     if hint:
         msg += f"\n  Hint: {hint}"
@@ -188,8 +191,9 @@ def _usage(opt: Option, where: str, problem: str, hint: str | None = None) -> py
 
 
 class _Resolver:
-    def __init__(self, config: pytest.Config, environ: Mapping[str, str]) -> None:
+    def __init__(self, config: pytest.Config, environ: Mapping[str, str], registry: Registry) -> None:
         self.config = config
+        self.registry = registry
         self.environ = environ
         self.profile: Profile | None = None
         self.sources: dict[str, str] = {}
@@ -214,11 +218,13 @@ class _Resolver:
 
     def parse(self, opt: Option, value: Any, source: str) -> Any:
         """The typed value by the option's schema (:mod:`pytest_sskj.schema`), whatever its source."""
-        where = _where(source, opt, self.profile)
+        place = where(source, opt, self.profile)
         try:
-            return schema.parse_value(opt, value, extra=value_parsers(), nodes=lambda text: self._nodes(text, source))
+            return schema.parse_value(
+                opt, value, extra=self.registry.parsers, nodes=lambda text: self._nodes(text, source)
+            )
         except ValueError as exc:
-            raise _usage(opt, where, str(exc), _hint(opt)) from None
+            raise usage_error(opt, place, str(exc), _hint(opt)) from None
 
     def _nodes(self, text: str, source: str) -> tuple[str, ...]:
         base = self.profile.origin("nodes").parent if source == "profile" and self.profile else Path.cwd()
@@ -260,8 +266,18 @@ def _is_local_host(host: str) -> bool:
     return is_local_node(host)
 
 
-def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = None) -> Settings:
-    """Resolve every option; raise ``pytest.UsageError`` on the first bad value or combination."""
+def resolve_settings(
+    config: pytest.Config, environ: Mapping[str, str] | None = None, registry: Registry | None = None
+) -> Settings:
+    """Resolve every option; raise ``pytest.UsageError`` on the first bad value or combination.
+
+    What only a subsystem knows (its value parsers, the engines and their defaults, profiles, layouts and
+    deployments, the cross-setting checks) comes through ``registry`` (:mod:`pytest_sskj.registry`); this module
+    imports none of those subsystems."""
+    if registry is None:
+        from pytest_sskj.registry import default_registry
+
+        registry = default_registry()
     env = os.environ if environ is None else environ
     try:
         schema.check_environment(env, (o.env for o in OPTIONS))
@@ -272,7 +288,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
             f"declared infrastructure variables (pytest_sskj/schema.py: SSKJ_NETNS_*, SSKJ_REQUIRE_*, SSKJ_*_PYTHON, "
             f"SSKJ_VLLM_VENV, ...)\n  Hint: {hint}"
         ) from None
-    r = _Resolver(config, env)
+    r = _Resolver(config, env, registry)
     by_dest = {o.dest: o for o in OPTIONS}
 
     prof = r.raw(by_dest["profile"])
@@ -283,19 +299,19 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
             params = getattr(config, "invocation_params", None)
             search = [Path(params.dir)] if params is not None else []
             search.append(Path(str(config.rootpath)))
-            r.profile = load_profile(find_profile(path, search))
+            r.profile = registry.load_profile(path, search)
         except ValueError as exc:
-            raise _usage(
+            raise usage_error(
                 by_dest["profile"],
-                _where(prof[1], by_dest["profile"], None),
+                where(prof[1], by_dest["profile"], None),
                 str(exc),
                 "create the file, or fix the key names it reports",
             ) from None
 
-    engine = r.get(by_dest["engine"], {}) or DEFAULT_ENGINE
-    info = get_engine(engine)
+    engine = r.get(by_dest["engine"], {}) or registry.default_engine
+    info = registry.engine(engine)
     values: dict[str, Any] = {"engine": engine}
-    check_ini_keys(config, {o.ini for o in OPTIONS})
+    registry.check_ini_keys(config, {o.ini for o in OPTIONS})
     values["node_template"] = r.node_template = str(r.get(by_dest["node_template"], info.defaults) or "{}")
     for opt in OPTIONS:
         if opt.dest in values:
@@ -322,148 +338,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         remote = [h for h in values["nodes"] if not _is_local_host(h)]
         values["launcher"] = "ssh" if remote else "local"
         r.sources["launcher"] = "derived"
-    _dimensions(values, r, by_dest)
+    registry.dimensions(values, r.profile, r.sources, by_dest)
     settings = Settings(sources=dict(r.sources), **values)
-    _check_combination(settings, by_dest)
-    check_settings(settings)
+    registry.check_settings(settings, by_dest)
     return settings
-
-
-def _dimensions(values: dict[str, Any], r: _Resolver, opts: Mapping[str, Option]) -> None:
-    """Layouts and shapes from their options (and the profile's ``[[layouts]]`` tables)."""
-    tables = r.profile.layouts if r.profile else ()
-    where = str(r.profile.path) if r.profile else "profile"
-    src = r.sources.get("layouts", "default")
-    try:
-        values["layouts"] = resolve_layouts(values["layouts"], tables, where)
-    except ValueError as exc:
-        raise _usage(
-            opts["layouts"], _where(src, opts["layouts"], r.profile), str(exc), "e.g. --layout tp2dp4,tp4dp2,tp8dp1"
-        ) from None
-    isl, osl = parse_size_seq(values["isl"]), parse_size_seq(values["osl"])
-    try:
-        values["shapes"] = build_shapes(isl, osl, mode=values["shape_mode"], limit=values["grid_limit"])
-    except ValueError as exc:
-        raise _usage(
-            opts["shape_mode"],
-            _where(r.sources.get("shape_mode", "default"), opts["shape_mode"], r.profile),
-            str(exc),
-            "give as many --isl as --osl values, or use --sskj-shape-mode grid",
-        ) from None
-    values["isl"], values["osl"] = values["shapes"][0]
-    if r.profile is not None and r.profile.deployment is not None:
-        try:
-            values["deployment"] = topology_from_table(r.profile.deployment, where)
-        except ValueError as exc:
-            raise pytest.UsageError(
-                f"{exc}\n  accepted: see pytest_sskj/deploy/topology.py (groups: name, role, nodes, tp/dp/ep/pp, "
-                "backend, chunk, server_args, env; router: port, node, policy)\n  Hint: fix the key the message names"
-            ) from None
-
-
-def _check_layouts(s: Settings) -> None:
-    nnodes = max(1, len(s.nodes))
-    from pytest_sskj.server.spec import ServerSpec
-
-    # GPU fit only for engines that take GPUs (the engine's own checks run per layout in _engine_checks)
-    gpu_engine = get_engine(s.engine).world_size(ServerSpec(engine=s.engine, backend=s.baseline)) > 0
-    problems = [
-        p for lay in s.layouts if gpu_engine for p in layout_problems(lay, nnodes=nnodes, gpus_per_node=s.gpus_per_node)
-    ]
-    if problems:
-        raise pytest.UsageError(
-            "--layout: " + "; ".join(problems) + f"\n  accepted: layouts whose TPxPPxDP fits {nnodes} node(s) x "
-            f"{s.gpus_per_node} GPUs ({', '.join(s.nodes) or 'local'})"
-            "\n  Hint: drop the layout, add --nodes, or set --sskj-gpus-per-node / the platform profile"
-        )
-    given = [f"--{k}" for k in ("tp", "dp", "ep", "pp") if s.sources.get(k) == "cli"]
-    if s.layouts and given:
-        raise pytest.UsageError(
-            f"{' '.join(given)} and --layout both set parallel sizes; each layout carries its own"
-            "\n  accepted: --layout tp2dp4,tp4dp2 alone, or --tp/--dp/--ep/--pp without --layout"
-            "\n  Hint: drop the size flags, or write the layout you mean, e.g. --layout tp8ep4"
-        )
-    if s.layouts and s.deployment is not None:
-        raise pytest.UsageError(
-            "--layout and a profile's [deployment] both place the servers; a deployment's groups carry their own sizes"
-            "\n  Hint: use a profile without [deployment] for a layout matrix"
-        )
-    names = [lay.name for lay in s.layouts]
-    if s.expect_layout is not None and s.expect_layout not in names:
-        raise pytest.UsageError(
-            f"--sskj-expect-layout {s.expect_layout} is not one of the layouts {', '.join(names) or '(none)'}"
-            "\n  Hint: add it to --layout"
-        )
-
-
-def _engine_checks(s: Settings, info: Any) -> None:
-    """The engine's checks, once per layout or deployment group when the run has them (each is a server)."""
-    from dataclasses import replace
-
-    cells: list[tuple[str, Settings]] = []
-    if s.layouts:
-        cells = [(f"layout {x.name}", replace(s, tp=x.tp, dp=x.dp, ep=x.ep, pp=x.pp, layouts=())) for x in s.layouts]
-    elif s.deployment is not None:
-        cells = [
-            (
-                f"deployment group {g.name}",
-                replace(s, nodes=g.nodes, tp=g.tp, dp=g.dp, ep=g.ep, pp=g.pp, placement=g.placement, deployment=None),
-            )
-            for g in s.deployment.groups
-        ]
-    if not cells:
-        info.check_settings(s)
-        return
-    for what, cell in cells:
-        try:
-            info.check_settings(cell)
-        except pytest.UsageError as exc:
-            raise pytest.UsageError(f"{what}: {exc}") from None
-
-
-def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
-    info = get_engine(s.engine)
-    unknown = [b for b in s.backends if b not in info.backends]
-    if unknown:
-        where = _where(s.sources.get("backends", "cli"), opts["backends"], None)
-        raise pytest.UsageError(
-            f"{where}: backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}\n"
-            f"  accepted: {', '.join(info.backends)} (the backends of engine {s.engine}, applied as "
-            f"{info.backend_switch.describe()})\n"
-            f"  Hint: --backend {','.join(info.defaults.get('backends') or info.backends[:2])}, "
-            "or pick another --engine"
-        )
-    _check_layouts(s)
-    if s.endpoint not in info.endpoints:
-        where = _where(s.sources.get("endpoint", "cli"), opts["endpoint"], None)
-        raise pytest.UsageError(
-            f"{where}: endpoint {s.endpoint!r} is not served by engine {s.engine!r}\n"
-            f"  accepted: {', '.join(info.endpoints)} (the endpoints of engine {s.engine})\n"
-            f"  Hint: engine {s.engine} serves: {', '.join(info.endpoints)}; --sskj-endpoint {info.endpoints[0]}, "
-            "or pick another --engine"
-        )
-    _engine_checks(s, info)
-    if s.launcher == "ssh" and not s.nodes:
-        raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
-    if s.target_url is not None:
-        if s.sources.get("nodes") in ("cli", "env", "ini"):
-            nodes_where = _where(s.sources["nodes"], opts["nodes"], None)
-            raise pytest.UsageError(
-                f"--target-url benchmarks a server that is already running; --nodes (from {nodes_where}) "
-                "would launch one\n  accepted: one of them\n  Hint: drop --target-url, or unset the nodes "
-                "(unset SSKJ_NODES / remove sskj_nodes from the ini)"
-            )
-    if s.expect_best_chunk is not None and s.expect_best_chunk not in s.chunks:
-        raise pytest.UsageError(
-            f"--expect-best-chunk {s.expect_best_chunk} is not one of the chunks "
-            f"{','.join(map(str, s.chunks))}\n  Hint: add it to --chunk"
-        )
-    if s.search_floor is not None and s.search_floor > s.search_max:
-        raise pytest.UsageError(f"--sskj-search-floor {s.search_floor} is above --sskj-search-max {s.search_max}")
-    if s.max_repeats is not None and s.max_repeats < s.repeats:
-        raise pytest.UsageError(
-            f"--sskj-max-repeats {s.max_repeats} is below --repeats {s.repeats}\n"
-            f"  accepted: an integer >= --repeats (the first look)\n  Hint: --sskj-max-repeats {max(10, s.repeats)}"
-        )
-    if s.osl < 1 or s.isl < 1:
-        raise pytest.UsageError("--isl and --osl must be at least 1")

@@ -294,7 +294,9 @@ async def arun_bench(
             gc.unfreeze()
     metrics = compute_metrics(records, max_concurrency=workload.concurrency)
     client_bound, evidence = monitor.verdict(
-        ttft_p50_ms=_num(metrics.get("median_ttft_ms")), e2e_p50_ms=_num(metrics.get("median_e2e_latency_ms"))
+        ttft_p50_ms=_num(metrics.get("median_ttft_ms")),
+        e2e_p50_ms=_num(metrics.get("median_e2e_latency_ms")),
+        concurrency=workload.concurrency,
     )
     metrics.update(
         {
@@ -306,6 +308,7 @@ async def arun_bench(
             "request_rate": None if workload.request_rate == float("inf") else workload.request_rate,
             "client_bound": client_bound,
             "client_bound_reasons": "; ".join(evidence["reasons"]) or None,
+            "client_bound_advice": evidence["advice"],
             "event_loop_lag_p90_ms": evidence["loop_lag_p90_ms"],
             "event_loop_lag_p99_ms": evidence["loop_lag_p99_ms"],
             "dispatch_lag_p99_ms": evidence["dispatch_lag_p99_ms"],

@@ -7,7 +7,7 @@ host names and gates.  Each is given on the command line, as the ``SSKJ_*`` vari
 (``-o``) or as a profile key, and the in-process pytest run must exit 4 with a message naming the option, and
 must have launched nothing (the one test never runs) and written nothing (no reports folder, no database).
 
-The inner loop draws 25 examples over the whole table; the ``slow`` test draws 40 for every row.
+The inner loop draws 25 examples over the whole table; the ``slow`` test draws 5 for every row.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ def _argv(opt: Option, value: str, source: str, root: Path) -> list[str]:
     if source == "ini":
         return ["-o", f"{opt.ini}={value}"]
     if source == "profile":
-        (root / "bad.toml").write_text(f"{opt.dest} = {json.dumps(value, ensure_ascii=False)}\n", encoding="utf-8")
+        text = json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")  # a TOML basic string
+        (root / "bad.toml").write_text(f"{opt.dest} = {text}\n", encoding="utf-8")
         return ["--profile", str(root / "bad.toml")]
     return []
 
@@ -144,7 +145,8 @@ def _named(opt: Option, source: str) -> tuple[str, ...]:
         "cli": (opt.display,),
         "env": (opt.env,),
         "ini": (opt.ini,),
-        "profile": (f"key {opt.dest!r}", opt.display),
+        # the profile loader names a key whose TOML shape is wrong ('env' must be a table, layouts an array of tables)
+        "profile": (f"key {opt.dest!r}", opt.display, f"{opt.dest!r} must", f": {opt.dest} must"),
     }[source]
 
 
@@ -188,7 +190,7 @@ def test_bad_values_of_any_option_from_any_source_are_refused(sandbox: pytest.Py
 
 @pytest.mark.slow
 @pytest.mark.parametrize("opt", OPTIONS, ids=[o.dest for o in OPTIONS])
-@settings(max_examples=40, **_SETTINGS)  # type: ignore[arg-type]
+@settings(max_examples=5, **_SETTINGS)  # type: ignore[arg-type]
 @given(data=st.data())
 def test_every_option_refuses_many_bad_values_from_every_source(
     sandbox: pytest.Pytester, opt: Option, data: st.DataObject

@@ -197,6 +197,7 @@ def test_allure_extras_describe_the_run(session: tuple[subprocess.CompletedProce
     assert props["backends"] == "marlin,flashinfer_mxfp4"
     cats = json.loads((alluredir / "categories.json").read_text())
     assert [c["name"] for c in cats] == [
+        "Environment",
         "Out of memory",
         "NCCL error",
         "Server crash",

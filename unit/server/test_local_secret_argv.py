@@ -90,7 +90,7 @@ def test_a_real_embedded_run_shows_no_planted_secret_in_ps_or_in_any_file(tmp_pa
         *("-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", str(ROOT / "acceptance")),
         *("-k", "test_serving", "--reports-dir", "rep", "--run-id", "ps", "--isl", "64", "--osl", "2"),
         *("--requests", "2", "--repeats", "1", "--chunk", "512", "--backend", "parallel", "--concurrency", "1"),
-        *("--sskj-search", "none", "--sskj-db", "none"),
+        *("--sskj-search", "none", "--sskj-db", "none", "--sskj-allow-client-bound"),
     ]
     # the server argument comes from SSKJ_SERVER_ARGS: the user's own command line is theirs to keep clean
     env = {
