@@ -22,10 +22,10 @@ import pytest
 from pytest_sskj import parsing
 from pytest_sskj.acceptance.agreement import AgreementGate, parse_gates
 from pytest_sskj.deploy.layouts import Layout, build_shapes, layout_problems, parse_size_seq, resolve_layouts
-from pytest_sskj.deploy.topology import Topology, topology_from_table
+from pytest_sskj.deploy.topology import Topology, bind_run, topology_from_table
 from pytest_sskj.engines import DEFAULT_ENGINE, get_engine
 from pytest_sskj.options import OPTIONS, Option
-from pytest_sskj.profile import Profile, find_profile, load_profile
+from pytest_sskj.profile import Profile, find_profile, load_profile, settle_matrix
 from pytest_sskj.report.redact import REDACTED, redact_argv, redact_url
 from pytest_sskj.slo import SloGate, parse_slo
 from pytest_sskj.validate import check_ini_keys, check_settings
@@ -346,6 +346,7 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         if opt.dest in values:
             continue
         values[opt.dest] = r.get(opt, info.defaults)
+    settle_matrix(values, r.sources, info.backends, r.profile)  # the engine's reference job: no profile's own
     values["profile"] = r.profile.path if r.profile else None
     values["nodes"] = values["nodes"] or ()
     values["server_args"] = values["server_args"] or ()
@@ -363,11 +364,11 @@ def resolve_settings(config: pytest.Config, environ: Mapping[str, str] | None = 
         values["stall_timeout_s"] = 600.0
     if values["port"] is None:
         values["port"] = 0
+    _dimensions(values, r, by_dest)  # before the launcher: a deployment's groups bring their nodes
     if values["launcher"] is None:
         remote = [h for h in values["nodes"] if not _is_local_host(h)]
         values["launcher"] = "ssh" if remote else "local"
         r.sources["launcher"] = "derived"
-    _dimensions(values, r, by_dest)
     settings = Settings(sources=dict(r.sources), **values)
     _check_combination(settings, by_dest)
     check_settings(settings)
@@ -398,12 +399,30 @@ def _dimensions(values: dict[str, Any], r: _Resolver, opts: Mapping[str, Option]
     values["isl"], values["osl"] = values["shapes"][0]
     if r.profile is not None and r.profile.deployment is not None:
         try:
-            values["deployment"] = topology_from_table(r.profile.deployment, where)
+            topo = topology_from_table(r.profile.deployment, where, template=values["node_template"])
         except ValueError as exc:
             raise pytest.UsageError(
                 f"{exc}\n  accepted: see pytest_sskj/deploy/topology.py (groups: name, role, nodes, tp/dp/ep/pp, "
                 "backend, chunk, server_args, env; router: port, node, policy)\n  Hint: fix the key the message names"
             ) from None
+        _bind_deployment(values, r, opts, topo)
+
+
+def _bind_deployment(values: dict[str, Any], r: _Resolver, opts: Mapping[str, Option], topo: Topology) -> None:
+    """The run's nodes, backend and chunk bound into the deployment's groups (deploy/topology.py: bind_run)."""
+
+    def given(dest: str) -> tuple[Any, str]:
+        src = r.sources.get(dest, "default")
+        return (values[dest] or ()) if src not in ("engine", "default") else (), _where(src, opts[dest], r.profile)
+
+    (nodes, nodes_from), (backends, b_from), (chunks, c_from) = given("nodes"), given("backends"), given("chunks")
+    try:
+        topo = bind_run(topo, nodes=nodes, nodes_from=nodes_from, backends=backends, backends_from=b_from,
+                        chunks=chunks, chunks_from=c_from)  # fmt: skip
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    values["deployment"], values["nodes"] = topo, topo.nodes
+    values["backends"], values["chunks"] = (topo.arm,), ()
 
 
 def _check_layouts(s: Settings) -> None:
@@ -452,7 +471,10 @@ def _engine_checks(s: Settings, info: Any) -> None:
         cells = [
             (
                 f"deployment group {g.name}",
-                replace(s, nodes=g.nodes, tp=g.tp, dp=g.dp, ep=g.ep, pp=g.pp, placement=g.placement, deployment=None),
+                replace(
+                    s, nodes=g.nodes, tp=g.tp, dp=g.dp, ep=g.ep, pp=g.pp, placement=g.placement, deployment=None,
+                    backends=(g.backend,) if g.backend else (), chunks=(g.chunk,) if g.chunk else (),
+                ),  # fmt: skip
             )
             for g in s.deployment.groups
         ]
@@ -468,7 +490,7 @@ def _engine_checks(s: Settings, info: Any) -> None:
 
 def _check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
     info = get_engine(s.engine)
-    unknown = [b for b in s.backends if b not in info.backends]
+    unknown = [b for b in s.backends if b not in info.backends] if s.deployment is None else []
     if unknown:
         where = _where(s.sources.get("backends", "cli"), opts["backends"], None)
         raise pytest.UsageError(
