@@ -347,7 +347,8 @@ def _fixed_deployment(settings: Settings) -> str:
 def _curve_na(settings: Settings, value: object) -> str | None:
     if settings.deployment is not None:
         chunks = ", ".join(f"{g.name} {g.chunk}" for g in settings.deployment.groups if g.chunk)
-        return f"{_fixed_deployment(settings)}: the chunk is a per-group setting ({chunks or 'engine default'}); no chunk curve"
+        per = chunks or "engine default"
+        return f"{_fixed_deployment(settings)}: the chunk is a per-group setting ({per}); no chunk curve"
     if settings.target_url:
         return f"--target-url {settings.target_url} is one running server with one chunk size: no chunk curve"
     if not settings.chunks:

@@ -303,7 +303,7 @@ def _rebase_nodes(topo: Topology, nodes: Sequence[str], nodes_from: str) -> Topo
             f"\n  Hint: e.g. --nodes {_example(sum(need))}, or change the groups' nodes in a copy of the profile"
         )
     out, at = [], 0
-    for g, n in zip(topo.groups, need):
+    for g, n in zip(topo.groups, need, strict=True):
         out.append(replace(g, nodes=tuple(nodes[at : at + n])))
         at += n
     return replace(topo, groups=tuple(out))
@@ -332,9 +332,7 @@ def _fill(topo: Topology, key: str, values: Sequence[Any], given_by: str) -> Top
     takes = [g for g in topo.groups if getattr(g, per_group) is None and (key == "backend" or g.role != "decode")]
     if not takes:
         raise ValueError(f"{given_by} sets {values[0]} for a {topo.kind} deployment whose groups set their own{hint}")
-    return replace(
-        topo, groups=tuple(replace(g, **{per_group: values[0]}) if g in takes else g for g in topo.groups)
-    )
+    return replace(topo, groups=tuple(replace(g, **{per_group: values[0]}) if g in takes else g for g in topo.groups))
 
 
 def bind_run(

@@ -69,7 +69,13 @@ def test_every_shipped_profile_plans_the_users_job(pytester: pytest.Pytester) ->
         )
         if name not in KIMI_ONLY:
             launched = out.split("test matrix", 1)[1]
-            for kimi in ("chunk4096", "chunk16384", "flashinfer_mxfp4-vs-marlin", "-c16-", "--chunked-prefill-size 4096"):
+            for kimi in (
+                "chunk4096",
+                "chunk16384",
+                "flashinfer_mxfp4-vs-marlin",
+                "-c16-",
+                "--chunked-prefill-size 4096",
+            ):
                 assert kimi not in launched, f"profile {name}: the Kimi job's {kimi!r} leaked into its plan"
 
 
@@ -91,8 +97,8 @@ def test_pd_plans_seed_004s_four_points_and_no_backend_ab(pytester: pytest.Pytes
     [
         ((), "601,602,603,604", "605,606,607,608"),
         (("--nodes", "701-708"), "701,702,703,704", "705,706,707,708"),
-        (("--nodes", "701-708", "--sskj-node-template", "gpu{}"), "gpu701,gpu702,gpu703,gpu704", "gpu705,gpu706,gpu707,gpu708"),
-        (("--sskj-node-template", "n{}.lan"), "n601.lan,n602.lan,n603.lan,n604.lan", "n605.lan,n606.lan,n607.lan,n608.lan"),
+        (("--nodes", "701-708", "--sskj-node-template", "gpu{}"), "gpu701,gpu702,gpu703,gpu704", "gpu705,gpu706,gpu707,gpu708"),  # noqa: E501
+        (("--sskj-node-template", "n{}.lan"), "n601.lan,n602.lan,n603.lan,n604.lan", "n605.lan,n606.lan,n607.lan,n608.lan"),  # noqa: E501
     ],
     ids=["profile", "nodes", "nodes-template", "template"],
 )  # fmt: skip
@@ -109,8 +115,8 @@ def test_pd_groups_take_their_nodes_from_nodes_and_the_template(
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (("--nodes", "701-704"), "--nodes on the command line gives 4 node(s) (701,702,703,704); the deployment's groups take 8"),
-        (("--backend", "marlin,flashinfer_mxfp4"), "names 2 values (marlin,flashinfer_mxfp4) for a pd deployment: its backend is a per-group setting"),
+        (("--nodes", "701-704"), "--nodes on the command line gives 4 node(s) (701,702,703,704); the deployment's groups take 8"),  # noqa: E501
+        (("--backend", "marlin,flashinfer_mxfp4"), "names 2 values (marlin,flashinfer_mxfp4) for a pd deployment: its backend is a per-group setting"),  # noqa: E501
         (("--backend", "marlin"), "sets marlin for a pd deployment whose groups set their own"),
         (("--chunk", "4K,8K"), "names 2 values (4096,8192) for a pd deployment: its chunk is a per-group setting"),
     ],

@@ -82,7 +82,7 @@ def test_export_writes_each_points_own_config_and_one_shape_line_per_layout_and_
 
 
 def test_export_of_a_pd_run_names_the_deployments_groups(tmp_path: Path) -> None:
-    points_path, shapes_path, manifest = export_run(_layout_run(tmp_path / "r", "pd", layouts=[], deployment=PD))
+    points_path, _, manifest = export_run(_layout_run(tmp_path / "r", "pd", layouts=[], deployment=PD))
     points = [json.loads(line) for line in points_path.read_text().splitlines()]
     want = "PD prefill TP4/EP4/DP1/PP8 flashinfer_mxfp4 chunk 8192 + decode TP32/EP32/DP1/PP1 marlin"
     assert {(p["layout"], p["config"]) for p in points} == {("pd", want)}, points[0]

@@ -164,8 +164,14 @@ def test_rendered_markdown_has_the_users_columns_verdicts_searches_and_slo() -> 
     assert header + " Repeats passed |" in md
     na = "n/a | n/a | n/a"  # TPOT undefined at OSL 1, E2E not in these rows: n/a, never 0
     assert f"| 4K | 8 | marlin | 2694.53 | 48.86 s | 49.20 s | {na} | baseline | 3/3 |" in md
-    assert f"| 4K | 8 | flashinfer_mxfp4 | 2957.23 | 44.48 s | 44.86 s | {na} | +9.75% TPS / \u22128.96% TTFT | 3/3 |" in md
-    assert f"| 8K | 8 | flashinfer_mxfp4 | 3255.00 | 39.20 s | 41.10 s | {na} | +10.90% TPS / \u22129.91% TTFT | 2/3 |" in md
+    assert (
+        f"| 4K | 8 | flashinfer_mxfp4 | 2957.23 | 44.48 s | 44.86 s | {na} | +9.75% TPS / \u22128.96% TTFT | 3/3 |"
+        in md
+    )
+    assert (
+        f"| 8K | 8 | flashinfer_mxfp4 | 3255.00 | 39.20 s | 41.10 s | {na} | +10.90% TPS / \u22129.91% TTFT | 2/3 |"
+        in md
+    )
     assert "| flashinfer_mxfp4 | 8K | 8 | 0 | failed | [crash] rank 3 exited -9 |" in md
     assert "| comparison | flashinfer_mxfp4 vs marlin, chunk 4K, C=8 | PASS | +9.75 % input TPS" in md
     assert "| chunk_curve | marlin, C=8 | FAIL |" in md
