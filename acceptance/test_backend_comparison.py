@@ -4,7 +4,8 @@ The users' "FlashInfer >= Marlin" as a real verdict: input throughput and TTFT P
 (one server run) as the unit of replication (docs/verdicts.md; the method version is in every verdict).
 It passes only when the whole confidence interval shows the candidate better by the margin
 ``--sskj-margin`` and by the run's A/A noise floor; a significant loss, an interval that straddles the bar,
-a client-bound side or too few repeats fail with the users' table wording
+a client-bound side or too few repeats fail with the users' table wording (tag ``[regression]`` for a loss,
+``[inconclusive]`` when the repeats could not decide)
 ("+10.96 % Input TPS, −9.91 % TTFT P50 (95 % CI …)").  A backend named twice (``--backend marlin,marlin``)
 is an A/A control: it passes when it is equivalent or inconclusive, never better or worse.  With
 ``--sskj-compare-expect report`` a candidate's verdict is recorded and shown, and the test skips naming
@@ -21,10 +22,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_sskj.acceptance.agreement import AgreementVerdict
-from pytest_sskj.acceptance.compare import DECIDED
+from pytest_sskj.acceptance.compare import DECIDED, Verdict
 from pytest_sskj.acceptance.matrix import Comparison
 from pytest_sskj.acceptance.plugin import Acceptance, SiteDefaults
-from pytest_sskj.report.categories import CLIENT_BOUND, CRASH, REGRESSION
+from pytest_sskj.report.categories import CLIENT_BOUND, CRASH, INCONCLUSIVE, REGRESSION
 
 
 def test_backend_comparison(
@@ -57,6 +58,7 @@ def test_backend_comparison(
             pytrace=False,
         )
     print(verdict.message())
+    _report_stopping(verdict)
     agreement = sskj_acceptance.agreements.get(comp.id)
     if agreement is not None:
         _report_agreement(agreement)
@@ -72,7 +74,20 @@ def test_backend_comparison(
         pytest.skip(
             f"verdict recorded, not enforced: {verdict.message()} — enforce it with --sskj-compare-expect better"
         )
-    assert verdict.outcome == "better", f"{REGRESSION} {verdict.message()}"
+    tag = INCONCLUSIVE if verdict.outcome == "inconclusive" else REGRESSION
+    assert verdict.outcome == "better", f"{tag} {verdict.message()}"
+
+
+def _report_stopping(verdict: Verdict) -> None:
+    """Allure: the verdict's sequential looks (which comparison, after which repeat, which statistic)."""
+    from pytest_sskj.report import allure
+
+    allure.attach_json(
+        "sequential stopping decisions",
+        {"design": verdict.design or "fixed", "method": verdict.method, "looks": [dict(x) for x in verdict.looks]},
+    )
+    for look in verdict.looks:
+        print(f"  look {look.get('text', '')}")
 
 
 def _report_agreement(agreement: AgreementVerdict) -> None:

@@ -39,19 +39,30 @@ def _parser() -> argparse.ArgumentParser:
 
     rel = sub.add_parser("release", help="mark a green run as a release; list and show marks")
     rsub = rel.add_subparsers(dest="action", required=True)
-    mark = rsub.add_parser("mark", help="write reports/releases/<tag>.json if every required suite passed")
+    mark = rsub.add_parser(
+        "mark",
+        help="write reports/releases/<tag>.json if every required suite passed",
+        description="Mark a release when every suite release.toml requires ran in full and passed. Without "
+        "--run it judges the latest runs: the newest `pytest acceptance/`, and the newest `pytest unit/` together "
+        "with the newest `pytest unit/ --run-slow -m slow` (the README's test commands). On a CPU box use "
+        "--scope cpu (hardware-absent skips are accepted and listed in the mark). A refusal lists its reasons "
+        "ranked, at most 6 lines; --verbose or --json gives every one.",
+    )
     mark.add_argument(
         "--run",
-        required=True,
         action="append",
-        help="run id (the folder under --reports-dir); "
-        "repeat it to judge several sessions together, e.g. the acceptance and the unit run",
+        default=None,
+        help="run id (the folder under --reports-dir); repeat it to judge several sessions together "
+        "(default: the latest run of each required suite, the unit suite's inner loop and slow phase together)",
     )
     mark.add_argument("--tag", required=True, help="release name, e.g. v0.3.0 or kimi3-sm120-2026-11-29")
     mark.add_argument("--config", type=Path, default=None, help="release.toml (default: nearest one from cwd)")
     mark.add_argument("--force", action="store_true", help="replace an existing mark of the same tag")
     mark.add_argument("--scope", default=None, help="release scope of release.toml: gpu (default) or cpu")
     mark.add_argument("--json", action="store_true", help="print the outcome (mark or refusal) as JSON")
+    mark.add_argument(
+        "--verbose", "-v", action="store_true", help="on a refusal, print every reason, not the ranked six"
+    )
     lst = rsub.add_parser("list", help="list release marks")
     lst.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show = rsub.add_parser("show", help="print one release mark (JSON)")
@@ -124,18 +135,27 @@ def _release(args: argparse.Namespace) -> int:
         except ValueError as exc:
             _err(str(exc))
             return 2
-        runs = "+".join(args.run)
+        picked = args.run or release.latest_runs(reports, cfg)
+        runs = "+".join(picked)
+        if not args.run and not args.json:
+            _out(f"judging the latest runs: {runs or '(none found)'} (name others with --run)")
         try:
-            out = release.mark(args.run, args.tag, reports_dir=reports, config=cfg, force=args.force, scope=args.scope)
+            out = release.mark(picked, args.tag, reports_dir=reports, config=cfg, force=args.force, scope=args.scope)
         except release.ReleaseRefused as exc:
             if args.json:
                 _out(json.dumps({"verdict": "refused", "tag": args.tag, "run_id": runs, "reasons": exc.reasons}))
-            _err(str(exc))
+            _err(str(exc) if args.verbose else exc.ranked())
             return 1
         if args.json:
             _out(json.dumps({"verdict": "release", "tag": args.tag, "run_id": runs, "path": str(out)}))
         else:
             _out(f"marked run {runs} as release {args.tag}: {out}")
+            accepted = json.loads(out.read_text(encoding="utf-8")).get("accepted_skips") or []
+            if accepted:
+                _out(
+                    f"  scope {args.scope or cfg.default_scope}: {len(accepted)} skip(s) accepted, "
+                    "each listed in the mark"
+                )
         from pytest_sskj.history.cli import record_release
 
         note = record_release(reports, args.tag)
@@ -189,7 +209,9 @@ def _report(args: argparse.Namespace) -> int:
             return 2
     try:
         hist = None if args.no_history else (args.history or _reports_default() / "allure-history.jsonl")
-        out = html.render_html(args.alluredir, args.out, name=args.name, allure=allure, history=hist)
+        out = html.render_html(
+            args.alluredir, args.out, name=args.name, allure=allure, history=hist, defer_history=args.check
+        )
     except (html.HtmlToolMissing, FileNotFoundError, RuntimeError) as exc:
         _err(str(exc))
         return 2
@@ -203,8 +225,11 @@ def _report(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     except (html.HtmlCheckError, RuntimeError, TimeoutError) as exc:
+        html.pending_history(out).unlink(missing_ok=True)  # a render whose check failed is no history entry
         _err(f"HTML check failed: {exc}")
         return 1
+    if hist is not None:
+        html.commit_history(hist, out)
     _out(
         f"check passed: {len(res.tests)} test page(s) rendered; {res.test_checked!r} shows metric attachment "
         f"{res.metric_attachment!r} ({res.metric_text_seen!r} visible) and plot {res.plot_attachment!r} "

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_sskj.server.pool import Prelaunch
     from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
 
@@ -25,6 +26,13 @@ def pytest_sskj_server_commands(config: pytest.Config, spec: ServerSpec) -> list
             return [c.__class__(c.node, c.rank, ("docker", "exec", "serving", *c.argv), c.env, c.serves_http, c.port)
                     for c in node_commands(spec)]
     """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_sskj_server_prelaunch(config: pytest.Config) -> Prelaunch | None:
+    """Return the server pool's pre-launch callable (``(spec, launcher) -> (extra env, release)``): GPU leases
+    for local servers, node pre-flight for remote ones.  The GPU plugin implements it, so that the server
+    layer never imports the GPU layer; ``None`` everywhere: servers launch without a pre-launch step."""
 
 
 @pytest.hookspec(firstresult=True)

@@ -7,12 +7,22 @@ without a row.  :func:`install` (controller, main thread, at session start) make
 the interrupted point, the server pool tears every server down, and the manifest ends with
 ``status: interrupted``, the signal and the exit status.  The received signal's name is kept in
 ``config.stash[EXTRA_KEY]["signal"]``; :func:`restore` puts the previous handlers back.
+
+Ending fast: the first signal runs every callback registered with :func:`on_interrupt` (the server pools
+shorten their stop grace to :data:`INTERRUPT_GRACE_S`, so a server that hangs "cleaning up" with requests
+still open is SIGKILLed within seconds, whole tree, instead of after the normal 15 s grace); a second SIGINT
+(or SIGTERM) while that teardown runs ends the process at once (exit status 130): every finished point is
+already on disk, and the reaper process (``server/process.py``) SIGKILLs the registered server trees once this
+process is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -20,9 +30,37 @@ import pytest
 
 from pytest_sskj.stash import EXTRA_KEY
 
-__all__ = ["Terminated", "install", "received", "restore"]
+__all__ = ["INTERRUPT_GRACE_S", "Terminated", "install", "on_interrupt", "received", "restore"]
 
 _PREVIOUS = "signal_handlers"
+_CALLBACKS = "interrupt_callbacks"
+INTERRUPT_GRACE_S = 1.0
+"""Stop grace of every server once the session is interrupted (SIGTERM to the leader, half of it, then the
+group, then SIGKILL): an interrupted run keeps what it measured and has nothing left to wait for."""
+
+
+def on_interrupt(config: pytest.Config, callback: Callable[[], None]) -> None:
+    """Run ``callback`` (fast, no I/O wait) when the session first receives SIGINT or SIGTERM."""
+    config.stash[EXTRA_KEY].setdefault(_CALLBACKS, []).append(callback)
+
+
+def _run_callbacks(extra: dict[str, Any]) -> None:
+    for callback in list(extra.get(_CALLBACKS) or []):
+        with contextlib.suppress(Exception):  # a callback must never turn the interrupt into another error
+            callback()
+
+
+def _exit_now(config: pytest.Config, signum: int) -> None:
+    from pytest_sskj.plugin import finish_manifest
+
+    with contextlib.suppress(Exception):  # the manifest says interrupted, not running (a few ms)
+        finish_manifest(config, 2)
+    os.write(
+        2,
+        f"\nsskj: second {signal.Signals(signum).name}: exiting now (finished points are kept; the "
+        "reaper stops the servers)\n".encode(),
+    )
+    os._exit(130)
 
 
 class Terminated(KeyboardInterrupt):
@@ -38,11 +76,13 @@ def install(config: pytest.Config) -> None:
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         first = "signal" not in extra
+        if not first:
+            _exit_now(config, signum)
         extra.setdefault("signal", signal.Signals(signum).name)
+        _run_callbacks(extra)
         if signum == signal.SIGINT:
             signal.default_int_handler(signum, frame)
-        if first:  # a second SIGTERM while tearing down is not raised again
-            raise Terminated(f"received {signal.Signals(signum).name}")
+        raise Terminated(f"received {signal.Signals(signum).name}")
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         current = signal.getsignal(sig)

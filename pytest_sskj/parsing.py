@@ -23,7 +23,9 @@ __all__ = [
     "parse_size_list",
 ]
 
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([kKmM]?)\s*$", re.ASCII)
+_MAX_DIGITS = 15
+"""More digits than this is no token count (and int() of a huge string is slow)."""
 _SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024}
 
 
@@ -38,6 +40,8 @@ def parse_size(text: str, *, minimum: int = 1) -> int:
         raise ValueError(f"{text!r} is negative; sizes are token counts of at least {minimum}")
     if not m:
         raise ValueError(f"{text!r} is not a size; accepted: an integer with an optional K or M suffix (4096, 8K, 16k)")
+    if len(m.group(1)) > _MAX_DIGITS:
+        raise ValueError(f"{text!r} is far above any token count")
     value = int(m.group(1)) * _SUFFIX[m.group(2).lower()]
     if value < minimum:
         raise ValueError(f"{text!r} must be at least {minimum}")
@@ -46,10 +50,10 @@ def parse_size(text: str, *, minimum: int = 1) -> int:
 
 def parse_int(text: str, *, minimum: int = 1) -> int:
     """Parse one integer that is at least ``minimum``."""
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise ValueError(f"{text!r} is not an integer") from None
+    t = str(text).strip()
+    if not re.fullmatch(r"[+-]?[0-9]{1,30}", t, re.ASCII):
+        raise ValueError(f"{text!r} is not an integer (ASCII digits 0-9)")
+    value = int(t)
     if value < minimum:
         raise ValueError(f"{value} must be at least {minimum}")
     return value
@@ -137,8 +141,8 @@ def parse_name_list(text: str | Sequence[str], *, twice_ok: bool = False) -> tup
 
 
 INVENTORY_PREFIX = "inventory:"
-_RANGE_RE = re.compile(r"^([A-Za-z._-]*?)(\d+)-([A-Za-z._-]*?)(\d+)$")
-_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+_RANGE_RE = re.compile(r"^([A-Za-z._-]*?)([0-9]+)-([A-Za-z._-]*?)([0-9]+)$", re.ASCII)
+_HOST_RE = re.compile(r"^[A-Za-z0-9:]([A-Za-z0-9.:-]*[A-Za-z0-9])?$", re.ASCII)
 
 
 def _load_inventory(path: Path) -> list[str]:
@@ -184,8 +188,12 @@ def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: P
     >>> expand_nodes("601,603", template="node{}.lan")
     ('node601.lan', 'node603.lan')
     """
-    if "{}" not in template:
-        raise ValueError(f"node template {template!r} must contain '{{}}' where the node number goes")
+    from pytest_sskj.schema import check_host, check_template
+
+    try:
+        check_template(template)
+    except ValueError as exc:
+        raise ValueError(f"node template {exc}") from None
     items = _split(text)
     if not items:
         raise ValueError("the node list is empty; give e.g. 601-604, 601,603, gpu601-gpu604 or inventory:FILE")
@@ -195,7 +203,7 @@ def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: P
             path = Path(item[1:] if item.startswith("@") else item[len(INVENTORY_PREFIX) :])
             if base_dir is not None and not path.is_absolute():
                 path = base_dir / path
-            hosts.extend(_load_inventory(path))
+            hosts.extend(check_host(h) for h in _load_inventory(path))
             continue
         m = _RANGE_RE.match(item)
         if m:
@@ -210,17 +218,17 @@ def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: P
             width = len(a) if a.startswith("0") else 0
             for n in range(lo, hi + 1):
                 num = str(n).zfill(width)
-                hosts.append(p1 + num if p1 else template.format(num))
+                hosts.append(check_host(p1 + num if p1 else template.format(num)))
             continue
-        if item.isdigit():
-            hosts.append(template.format(item))
+        if item.isascii() and item.isdigit():
+            hosts.append(check_host(template.format(item)))
             continue
         if not _HOST_RE.match(item):
             raise ValueError(
                 f"{item!r} is neither a node number, a range (601-604, gpu601-gpu604), a host name nor "
                 "inventory:FILE.toml"
             )
-        hosts.append(item)
+        hosts.append(check_host(item))
     seen: set[str] = set()
     dupes = [h for h in hosts if h in seen or seen.add(h)]  # type: ignore[func-returns-value]
     if dupes:

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from pytest_sskj.acceptance.sequential import dry_run_lines
 from pytest_sskj.engines import node_commands
+from pytest_sskj.redact import redact_url
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import NOT_APPLICABLE_KEY
@@ -78,6 +80,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         f"concurrency: {','.join(map(str, s.concurrencies)) or 'found by the search'}",
         f"SLO: {', '.join(map(str, s.slo)) or 'none'}    search: {s.search}",
         *_dimension_lines(s),
+        *dry_run_lines(s),
         "",
         f"test matrix ({len(items)} tests):",
     ]
@@ -88,7 +91,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         lines += [f"  {nodeid}: {why}" for nodeid, why in na.items()]
     lines.append("")
     if s.target_url:
-        lines.append(f"server: already running at {s.target_url} (--target-url): no launch commands")
+        lines.append(f"server: already running at {redact_url(s.target_url)} (--target-url): no launch commands")
         return lines
     if s.deployment is not None:
         from pytest_sskj.deploy.deployment import deployment_plan_lines

@@ -11,18 +11,21 @@ from typing import Any
 
 import pytest
 
+from pytest_sskj.redact import redact_url
 from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
 
 # Fixture and reporter modules, imported in pytest_configure (each imports its heavy deps lazily).
 _SUBPLUGINS = (
     "pytest_sskj.fixtures",
     "pytest_sskj.gpu.fixtures",
+    "pytest_sskj.gpu.serving",
     "pytest_sskj.server.fixtures",
     "pytest_sskj.bench.fixtures",
     "pytest_sskj.report.plugin",
     "pytest_sskj.history.plugin",
     "pytest_sskj.acceptance.plugin",
     "pytest_sskj.deploy.plugin",
+    "pytest_sskj.twin.plugin",
 )
 
 
@@ -67,6 +70,11 @@ def pytest_configure(config: pytest.Config) -> None:
             from dataclasses import replace
 
             settings = replace(settings, run_id=run_id)
+    if config.option.collectonly and not settings.dry_run:
+        from dataclasses import replace
+
+        # --collect-only, like the dry run, applies every check and writes nothing: no run dir, no record
+        settings = replace(settings, dry_run=True)
     config.stash[SETTINGS_KEY] = settings
     for name in _SUBPLUGINS:
         if importlib.util.find_spec(name) is not None:
@@ -87,7 +95,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     s = settings
     target = (
-        f"target {s.target_url}" if s.target_url else f"launcher {s.launcher}, nodes {','.join(s.nodes) or 'local'}"
+        f"target {redact_url(s.target_url)}"
+        if s.target_url
+        else f"launcher {s.launcher}, nodes {','.join(s.nodes) or 'local'}"
     )
     lines = [
         f"sskj: run {s.run_id} -> {s.run_dir_display}" + (" (dry run)" if s.dry_run else ""),
@@ -114,15 +124,41 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from pytest_sskj.report.scrub import settings_secrets
 
     ensure_reports_root(settings.reports_dir)
+    _own_run_id(config, settings.run_dir)
     config.stash[MANIFEST_KEY] = RunManifest.start(
         settings.run_dir, settings.run_id, settings.as_dict(), settings_secrets(settings)
     )
 
 
+def _own_run_id(config: pytest.Config, run_dir: Any) -> None:
+    """Take the run directory's lock (:func:`pytest_sskj.rundir.acquire_run_lock`): a second live run with
+    the same run id is a usage error, a dead run's lock is taken over (said on the terminal)."""
+    from pytest_sskj.rundir import RunIdInUse, acquire_run_lock
+
+    try:
+        lock = acquire_run_lock(run_dir)
+    except RunIdInUse as exc:
+        raise pytest.UsageError(
+            f"--run-id: {exc}\n  accepted: a run id that no live run is writing (two writers would mix their "
+            "results in one folder)\n  Hint: give another --run-id, or wait for that run to finish"
+        ) from None
+    config.stash[EXTRA_KEY]["run_lock"] = lock
+    if lock.took_over:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"sskj: run {run_dir.name}: {lock.took_over}", yellow=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    lock = config.stash[EXTRA_KEY].get("run_lock") if EXTRA_KEY in config.stash else None
+    if lock is not None:
+        lock.release()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> bool | None:
     settings = session.config.stash.get(SETTINGS_KEY, None)
-    if settings is None or not settings.dry_run or _is_worker(session.config):
+    if settings is None or not settings.dry_run or _is_worker(session.config) or session.config.option.collectonly:
         return None
     from pytest_sskj.plan import plan_lines
     from pytest_sskj.report.scrub import scrub_text, settings_secrets
@@ -162,4 +198,44 @@ def finish_manifest(config: pytest.Config, exitstatus: int) -> None:
     if tr is not None:
         for key in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
             counts[key] = len([r for r in tr.stats.get(key, []) if getattr(r, "when", "call") in ("call", "setup")])
-    manifest.finish(exitstatus=exitstatus, counts=counts, signal=interrupts.received(config))
+    error = config.stash[EXTRA_KEY].get("write_error")
+    try:
+        manifest.finish(exitstatus=exitstatus, counts=counts, signal=interrupts.received(config), error=error)
+    except OSError as exc:  # the disk that failed a point may fail the manifest too: one line, no traceback
+        from pytest_sskj.rundir import write_failure
+
+        reason = write_failure(exc) or f"could not write {manifest.path}: {exc}"
+        config.stash[EXTRA_KEY].setdefault("write_error", reason)
+        if tr is not None:
+            tr.write_line(f"sskj: run ended as error: {reason}; the manifest still says 'running'", red=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """A failed write of run data (disk full, read-only, I/O error) ends the run as ``error``: the test's
+    report is the one-line reason, the session stops, finished points stay as written."""
+    report = yield
+    reason = _write_failure_of(call.excinfo.value if call.excinfo is not None else None)
+    if reason is not None and report.failed:
+        extra = item.config.stash[EXTRA_KEY]
+        extra.setdefault("write_error", reason)
+        report.longrepr = f"sskj: {reason}; the run ends as error (points finished before it are kept)"
+        item.session.shouldstop = f"sskj: {extra['write_error']}"
+    return report
+
+
+def pytest_internalerror(excrepr: Any, excinfo: pytest.ExceptionInfo[BaseException]) -> bool | None:
+    """A write failure outside a test (the closing reports on a full disk) is one line, not a traceback."""
+    reason = _write_failure_of(excinfo.value)
+    if reason is None:
+        return None
+    import sys
+
+    sys.stderr.write(f"sskj: run ended as error: {reason}\n")
+    return True
+
+
+def _write_failure_of(exc: BaseException | None) -> str | None:
+    from pytest_sskj.rundir import write_failure
+
+    return write_failure(exc)

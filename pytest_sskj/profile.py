@@ -188,8 +188,8 @@ def _as_option_text(key: str, value: Any) -> Any:
         if not isinstance(value, dict):
             raise ValueError("'env' must be a table of NAME = \"value\" pairs")
         return [f"{k}={v}" for k, v in value.items()]
-    if isinstance(value, bool):
-        return "1" if value else "0"
+    if isinstance(value, bool):  # words, not 1/0: a boolean given to a number option is refused, not read as 1
+        return "true" if value else "false"
     if isinstance(value, list):
         if key in _LIST_SETTINGS:
             return [str(v) for v in value]

@@ -27,7 +27,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunLayout", "atomic_target", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "jsonable"]
+__all__ = [
+    "RunIdInUse",
+    "RunLayout",
+    "RunLock",
+    "RunWriteError",
+    "acquire_run_lock",
+    "atomic_target",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "jsonable",
+    "write_failure",
+]
+
+
+class RunWriteError(OSError):
+    """A file of the run could not be written (disk full, read-only, I/O error); ``str()`` is one line."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+        self.path = Path(path)
+        self.reason = f"could not write {path}: {cause.strerror or cause}"
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def write_failure(exc: BaseException | None) -> str | None:
+    """The one-line reason when ``exc`` (or what caused it) is a failed write of run data, else ``None``."""
+    import errno
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, RunWriteError):
+            return exc.reason
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO):
+            where = f" {exc.filename}" if exc.filename else ""
+            return f"could not write{where}: {exc.strerror or exc}"
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 @contextlib.contextmanager
@@ -37,17 +77,28 @@ def atomic_target(path: Path, *, mode: int | None = None) -> Iterator[Path]:
 
     ``mode``: permission bits of the new file (e.g. ``0o666`` for a ledger other users update too)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise RunWriteError(path, exc) from exc
     os.close(fd)
     tmp = Path(name)
     try:
-        yield tmp
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        try:
+            yield tmp
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except RunWriteError:
+            raise
+        except OSError as exc:
+            if write_failure(exc) is None:
+                raise
+            raise RunWriteError(path, exc) from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> Path:
@@ -150,3 +201,83 @@ class RunLayout:
     @property
     def export(self) -> Path:
         return self.root / "export"
+
+
+class RunIdInUse(RuntimeError):
+    """Another live run holds this run id (its run directory's lock)."""
+
+
+@dataclass
+class RunLock:
+    """Ownership of one run directory: ``<run dir>/.lock`` holds the owner's pid, host and start time.
+
+    :func:`acquire_run_lock` creates it atomically (a complete file linked into place, so a second run
+    never reads half of it); a lock left by a dead process of this host is taken over and
+    :attr:`took_over` says whose it was; a live owner -- or one on another host, which cannot be checked
+    from here -- is refused with :class:`RunIdInUse`."""
+
+    path: Path
+    took_over: str | None = None
+
+    def release(self) -> None:
+        """Remove the lock if it is still ours."""
+        try:
+            owner = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        if owner.get("pid") == os.getpid() and owner.get("host") == _host():
+            self.path.unlink(missing_ok=True)
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe(owner: Mapping[str, Any]) -> str:
+    return f"pid {owner.get('pid')} on host {owner.get('host')}, started {owner.get('started', '?')}"
+
+
+def acquire_run_lock(run_dir: Path) -> RunLock:
+    """Own ``run_dir`` (created if missing) for this process, or raise :class:`RunIdInUse`."""
+    import time
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / ".lock"
+    me = {"pid": os.getpid(), "host": _host(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    took_over: str | None = None
+    for _ in range(3):
+        with atomic_target(run_dir / ".lock.new") as tmp:
+            tmp.write_text(json.dumps(me))
+            try:
+                os.link(tmp, path)
+                return RunLock(path, took_over)
+            except FileExistsError:
+                pass
+        try:
+            owner = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            owner = {}
+        pid = owner.get("pid")
+        if owner.get("host") == _host() and isinstance(pid, int) and (pid == os.getpid() or not _pid_alive(pid)):
+            took_over = f"took over the lock of a run that is gone ({_describe(owner)})"
+            path.unlink(missing_ok=True)
+            continue
+        if not owner:
+            raise RunIdInUse(f"{path} exists but is unreadable; remove it if no run uses {run_dir.name}")
+        where = "" if owner.get("host") == _host() else " (another host: remove the lock if that run is gone)"
+        raise RunIdInUse(f"run {run_dir.name} is being written by a live run ({_describe(owner)}){where}")
+    raise RunIdInUse(f"could not take the lock {path}: it changed hands repeatedly")

@@ -85,7 +85,50 @@ def _gate(item: str) -> SloGate:
         raise ValueError(f"{item!r}: {num!r} is not a number") from None
     if not math.isfinite(threshold):
         raise ValueError(f"{item!r}: the threshold must be a finite number, not {num!r}")
+    if threshold < 0 or (threshold == 0 and op == "<"):
+        raise ValueError(f"{item!r} can never hold: {metric} is never negative (thresholds are >= 0)")
     return SloGate(metric, op, threshold)
+
+
+def _check_consistent(gates: Sequence[SloGate]) -> None:
+    """A metric is gated at most once from above and once from below, and the two leave room for a value:
+    ``p95_ttft_ms<3000,p95_ttft_ms<2000`` (which one holds?) and ``p95_ttft_ms>3000,p95_ttft_ms<2000`` are
+    refused."""
+    seen: dict[tuple[str, bool], SloGate] = {}
+    for g in gates:
+        upper = g.op in ("<", "<=")
+        other = seen.get((g.metric, upper))
+        if other is not None:
+            raise ValueError(
+                f"gates {other} and {g} both bound {g.metric} from {'above' if upper else 'below'}; keep one"
+            )
+        seen[(g.metric, upper)] = g
+        below, above = seen.get((g.metric, False)), seen.get((g.metric, True))
+        if below is not None and above is not None:
+            empty = below.threshold > above.threshold or (
+                below.threshold == above.threshold and (below.op == ">" or above.op == "<")
+            )
+            if empty:
+                raise ValueError(f"gates {below} and {above} contradict each other: no value of {g.metric} meets both")
+
+
+def check_agreement_text(text: str) -> None:
+    """The part of the agreement-gate grammar that :func:`pytest_sskj.acceptance.agreement.parse_gates` leaves
+    open: ASCII numbers, no NaN, each figure gated once."""
+    if str(text).strip().lower() in ("none", "off"):
+        return
+    seen: set[str] = set()
+    for part in str(text).split(","):
+        metric, sep, value = part.strip().partition(">=")
+        name = metric.strip() if sep else "first_token_agreement_frac"
+        number = (value if sep else metric).strip()
+        if not part.strip():
+            raise ValueError(f"{text!r} has an empty gate (a stray comma?)")
+        if number and not re.fullmatch(r"[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?", number, re.ASCII):
+            raise ValueError(f"{part.strip()!r}: {number!r} is not a fraction 0-1 (ASCII digits)")
+        if name in seen:
+            raise ValueError(f"{text!r} gates {name} twice; keep one")
+        seen.add(name)
 
 
 def parse_slo(text: str | Sequence[str]) -> tuple[SloGate, ...]:
@@ -113,6 +156,7 @@ def parse_slo(text: str | Sequence[str]) -> tuple[SloGate, ...]:
         if item.lower() == "none":
             raise ValueError(f"'none' disables every gate and cannot be combined with gates ({','.join(items)!r})")
         gates.append(_gate(item))
+    _check_consistent(gates)
     return tuple(gates)
 
 

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sskj.report.manifest import RunManifest
-from pytest_sskj.settings import Settings
+if TYPE_CHECKING:  # types only: the stash sits below the subsystems whose objects it holds
+    from pytest_sskj.report.manifest import RunManifest
+    from pytest_sskj.settings import Settings
 
 __all__ = ["EXTRA_KEY", "MANIFEST_KEY", "NOT_APPLICABLE_KEY", "SETTINGS_KEY"]
 
-SETTINGS_KEY = pytest.StashKey[Settings]()
+SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
 """The frozen, resolved settings of this session."""
 
-MANIFEST_KEY = pytest.StashKey[RunManifest]()
+MANIFEST_KEY: pytest.StashKey[RunManifest] = pytest.StashKey()
 """The run manifest (``<run dir>/manifest.json``), written at session start and completed at the end."""
 
 EXTRA_KEY = pytest.StashKey[dict[str, Any]]()

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -50,7 +50,7 @@ def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
 
 def check_settings(s: Settings) -> None:
     """Every cross-setting and engine check; the first failure raises."""
-    _check_target_url(s)
+    _check_local_python(s)
     _check_reports_dir(s)
     _check_run_id(s)
     if s.request_rate <= 0:
@@ -77,23 +77,18 @@ def check_settings(s: Settings) -> None:
         _create_reports_dir(s)
 
 
-def _check_target_url(s: Settings) -> None:
-    if s.target_url is None:
+def _check_local_python(s: Settings) -> None:
+    """A local launch runs ``--sskj-python`` here: a path must be an executable file of this box (the schema
+    already refused a non-executable file; a path absent here is only acceptable on remote nodes)."""
+    if s.launcher != "local":
         return
-    url = s.target_url
-    accepted = "http(s)://HOST[:PORT] with a host name or address and a port 1-65535"
-    hint = "e.g. --target-url http://601:30000"
-    if any(c.isspace() for c in url):
-        raise usage(f"--target-url {url!r} contains white space", accepted, hint)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise usage(f"--target-url {url!r} is not an http(s) URL that names a host", accepted, hint)
-    try:
-        port = parts.port
-    except ValueError:
-        raise usage(f"--target-url {url!r} has a port outside 1-65535", accepted, hint) from None
-    if port == 0:
-        raise usage(f"--target-url {url!r} has port 0", accepted, hint)
+    for flag, value in (("--sskj-python", s.python), ("--sskj-router-python", s.router_python)):
+        if value and "/" in value and not Path(value).is_file():
+            raise usage(
+                f"{flag} {value} does not exist on this machine, and --launcher local runs it here",
+                "a command name (python3) or the path of an executable file",
+                f"{flag} {sys.executable}",
+            )
 
 
 def _check_reports_dir(s: Settings) -> None:

@@ -56,6 +56,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.workeroutput["slow_deselected"] = len(slow)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``pytest unit/`` as typed runs the inner loop on every core (xdist's ``-n auto --dist worksteal``).
+
+    Only when nothing says otherwise: ``-n N`` / ``-n 0`` (explicit), ``-p no:xdist``, ``--pdb``, ``--collect-only``,
+    ``--run-slow`` (the slow phase builds netns hosts and sends signals: it stays serial) and an xdist worker
+    itself keep pytest's own behaviour.  Runs before xdist's ``pytest_cmdline_main`` (a conftest registers after
+    the plugin, so its ``tryfirst`` implementation is called first), which turns ``auto`` into the core count.
+    """
+    opt = config.option
+    if not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if getattr(opt, "numprocesses", None) is not None or getattr(opt, "dist", "no") != "no":
+        return
+    if opt.usepdb or opt.collectonly or config.getoption(RUN_SLOW) or (os.cpu_count() or 1) < 2:
+        return
+    opt.numprocesses = "auto"
+    opt.dist = "worksteal"
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: object, error: object) -> None:
     n = getattr(node, "workeroutput", {}).get("slow_deselected")

@@ -38,17 +38,22 @@ __all__ = [
     "METHOD_VERSION",
     "MIN_REPEATS",
     "OUTCOMES",
+    "STATISTIC",
     "MetricDelta",
     "RepeatSample",
     "Verdict",
     "compare",
+    "conf_text",
     "fmt_pct",
     "median",
     "repeat_interval",
     "t_quantile",
+    "welch_log",
 ]
 
-METHOD_VERSION = "sskj-verdict/2 (Welch t on log per-repeat statistics)"
+METHOD_VERSION = (
+    "sskj-verdict/3 (Welch t on log per-repeat statistics; group-sequential looks, Lan-DeMets alpha spending alpha*t^2)"
+)
 """Recorded in every verdict; bump whenever the method in ``docs/verdicts.md`` changes."""
 
 MIN_REPEATS = 2
@@ -60,6 +65,9 @@ DECIDED = frozenset({"better", "worse"})
 
 DEFAULT_EQUIVALENCE_PCT = 5.0
 
+STATISTIC = "ratio of geometric means of the repeats"
+"""What every verdict delta is (the medians beside it are medians of the repeats)."""
+
 
 def median(values: Sequence[float]) -> float | None:
     """The median of ``values``; ``None`` for an empty sequence."""
@@ -69,6 +77,12 @@ def median(values: Sequence[float]) -> float | None:
         return None
     mid = n // 2
     return vals[mid] if n % 2 else (vals[mid - 1] + vals[mid]) / 2.0
+
+
+def conf_text(confidence: float) -> str:
+    """``95 %`` / ``99.56 %`` (a sequential look's nominal level shows its decimals)."""
+    pct = confidence * 100.0
+    return f"{pct:.0f} %" if abs(pct - round(pct)) < 1e-9 else f"{pct:.2f} %"
 
 
 def fmt_pct(value: float | None, *, digits: int = 2) -> str:
@@ -128,13 +142,9 @@ def t_quantile(q: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
-def repeat_interval(
-    base: Sequence[float], cand: Sequence[float], *, confidence: float
-) -> tuple[float, float, float] | None:
-    """``(delta_pct, ci_low_pct, ci_high_pct)`` of ``cand`` vs ``base`` per-repeat values (Welch on logs).
-
-    ``None`` when a side has fewer than :data:`MIN_REPEATS` positive values.
-    """
+def welch_log(base: Sequence[float], cand: Sequence[float]) -> tuple[float, float, float] | None:
+    """``(d, se, df)`` of the log per-repeat values: mean difference, Welch standard error and
+    Welch-Satterthwaite degrees of freedom; ``None`` when a side has fewer than :data:`MIN_REPEATS` positive values."""
     lb = [math.log(v) for v in base if v > 0]
     lc = [math.log(v) for v in cand if v > 0]
     if len(lb) < MIN_REPEATS or len(lc) < MIN_REPEATS:
@@ -143,13 +153,25 @@ def repeat_interval(
     mb, mc = sum(lb) / nb, sum(lc) / nc
     vb = sum((x - mb) ** 2 for x in lb) / (nb - 1)
     vc = sum((x - mc) ** 2 for x in lc) / (nc - 1)
-    d = mc - mb
     se2 = vb / nb + vc / nc
     if se2 <= 0.0:
-        half = 0.0
-    else:
-        df = se2**2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1))
-        half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt(se2)
+        return mc - mb, 0.0, float(nb + nc - 2)
+    df = se2**2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1))
+    return mc - mb, math.sqrt(se2), df
+
+
+def repeat_interval(
+    base: Sequence[float], cand: Sequence[float], *, confidence: float
+) -> tuple[float, float, float] | None:
+    """``(delta_pct, ci_low_pct, ci_high_pct)`` of ``cand`` vs ``base`` per-repeat values (Welch on logs).
+
+    ``None`` when a side has fewer than :data:`MIN_REPEATS` positive values.
+    """
+    w = welch_log(base, cand)
+    if w is None:
+        return None
+    d, se, df = w
+    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * se if se > 0 else 0.0
 
     def pct(x: float) -> float:
         return (math.exp(x) - 1.0) * 100.0
@@ -195,6 +217,9 @@ class MetricDelta:
     outcome: str
     n_baseline: int = 0
     n_candidate: int = 0
+    t_stat: float | None = None
+    """Welch's t of the log difference (``None`` with a zero standard error or too few repeats)."""
+    df: float | None = None
 
     @property
     def label(self) -> str:
@@ -209,11 +234,23 @@ class MetricDelta:
             return (self.ci_low_pct, self.ci_high_pct)
         return (-self.ci_high_pct, -self.ci_low_pct)
 
-    def text(self, confidence: float) -> str:
+    @property
+    def medians_pct(self) -> float | None:
+        """The ratio of the medians of the repeats minus one, in percent (the summary table's "vs baseline")."""
+        if not self.baseline or self.candidate is None:
+            return None
+        return (self.candidate / self.baseline - 1.0) * 100.0
+
+    def text(self, confidence: float, *, medians: bool = False) -> str:
         ci = ""
         if self.ci_low_pct is not None and self.ci_high_pct is not None:
-            ci = f" ({confidence * 100:g} % CI {fmt_pct(self.ci_low_pct)} … {fmt_pct(self.ci_high_pct)})"
-        return f"{fmt_pct(self.delta_pct)} {self.label}{ci}"
+            ci = f" ({conf_text(confidence)} CI {fmt_pct(self.ci_low_pct)} … {fmt_pct(self.ci_high_pct)})"
+        med = ""
+        if medians and self.medians_pct is not None:
+            med = (
+                f" [geometric means; medians {self.baseline:.4g} -> {self.candidate:.4g}: {fmt_pct(self.medians_pct)}]"
+            )
+        return f"{fmt_pct(self.delta_pct)} {self.label}{ci}{med}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -223,12 +260,16 @@ class MetricDelta:
             "baseline": self.baseline,
             "candidate": self.candidate,
             "delta_pct": self.delta_pct,
+            "delta_statistic": STATISTIC,
+            "medians_pct": self.medians_pct,
             "ci_low_pct": self.ci_low_pct,
             "ci_high_pct": self.ci_high_pct,
             "outcome": self.outcome,
             "higher_is_better": self.higher_is_better,
             "n_baseline": self.n_baseline,
             "n_candidate": self.n_candidate,
+            "t": self.t_stat,
+            "df": self.df,
         }
 
 
@@ -253,14 +294,31 @@ class Verdict:
     ordering: str = ""
     notes: tuple[str, ...] = field(default=())
     method: str = METHOD_VERSION
+    blocked: bool = False
+    """Inconclusive for a reason more repeats cannot remove (a client-bound side, incomparable sides)."""
+    design: str = ""
+    """The sequential design the verdict was judged under (empty: the fixed design)."""
+    looks: tuple[Mapping[str, Any], ...] = ()
+    """Every interim analysis and its stopping decision (:class:`pytest_sskj.acceptance.sequential.Look`)."""
+    plan: str = ""
+    """The power planner's line: how many repeats per side would decide a stated difference."""
 
     @property
     def primary(self) -> MetricDelta:
         return self.metrics[0]
 
     def headline(self) -> str:
-        """``+10.96 % Input TPS (95 % CI …), −9.91 % TTFT P50 (95 % CI …), −9.92 % TTFT P95 (95 % CI …)``."""
-        return ", ".join(m.text(self.confidence) for m in self.metrics)
+        """``+10.96 % Input TPS (95 % CI …), −9.91 % TTFT P50 (95 % CI …), −9.92 % TTFT P95 (95 % CI …)``:
+        each a ratio of geometric means of the repeats (:data:`STATISTIC`)."""
+        return ", ".join(m.text(self.confidence, medians=(i == 0)) for i, m in enumerate(self.metrics))
+
+    def stopping(self) -> str:
+        """``stopped after repeat 5 of at most 10: Welch t +4.1 (df 7.9) at alpha 0.0049 -> better``."""
+        if not self.looks:
+            return ""
+        last = self.looks[-1]
+        n = len(self.looks)
+        return f"sequential: {n} look(s); stopped {last.get('text', '')}"
 
     def _tail(self) -> str:
         bar = f"{self.threshold_pct:g} %"
@@ -275,17 +333,19 @@ class Verdict:
             return f"equivalent: the CI of {p.label} lies within ±{self.equivalence_pct:g} %"
         if self.outcome == "incomparable":
             return "incomparable: " + "; ".join(self.reasons)
+        plan = f"; {self.plan}" if self.plan else ""
         if self.reasons:
-            return "inconclusive: " + "; ".join(self.reasons)
+            return "inconclusive: " + "; ".join(self.reasons) + plan
         return (
-            f"inconclusive: the {self.confidence * 100:g} % CI of {p.label} straddles {bar}; "
-            f"add --repeats (the unit of replication is the repeat) to separate signal from noise"
+            f"inconclusive: the {conf_text(self.confidence)} CI of {p.label} straddles {bar}; "
+            f"add --repeats or --sskj-max-repeats (the unit of replication is the repeat){plan}"
         )
 
     def message(self) -> str:
-        head = f"{self.candidate} vs {self.baseline}: {self.headline()}"
+        head = f"{self.candidate} vs {self.baseline}: {self.headline()} (deltas: {STATISTIC})"
         notes = "".join(f"; {n}" for n in self.notes)
-        return f"{head} — {self._tail()}{notes}"
+        stop = f"; {self.stopping()}" if self.looks else ""
+        return f"{head} — {self._tail()}{stop}{notes}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -301,6 +361,10 @@ class Verdict:
             "ordering": self.ordering,
             "reasons": list(self.reasons),
             "notes": list(self.notes),
+            "statistic": STATISTIC,
+            "blocked": self.blocked,
+            "sequential": {"design": self.design or "fixed", "looks": [dict(x) for x in self.looks]},
+            "plan": self.plan,
             "message": self.message(),
             "metrics": [m.as_dict() for m in self.metrics],
         }
@@ -329,6 +393,7 @@ def _metric(
     higher = METRICS[name].higher_is_better
     iv = repeat_interval(bv, cv, confidence=conf)
     ci = (iv[1], iv[2]) if iv else None
+    w = welch_log(bv, cv)
     return MetricDelta(
         name,
         higher,
@@ -340,7 +405,26 @@ def _metric(
         _outcome(higher, ci, **bars),
         len(bv),
         len(cv),
+        (w[0] / w[1]) if w and w[1] > 0 else None,
+        w[2] if w else None,
     )
+
+
+def _side_reasons(primary: MetricDelta, base: Sequence[RepeatSample], cand: Sequence[RepeatSample]) -> list[str]:
+    """Why a side cannot be judged: too few usable repeats, or client-bound repeats."""
+    reasons: list[str] = []
+    for side, reps, n in (("baseline", base, primary.n_baseline), ("candidate", cand, primary.n_candidate)):
+        if n < MIN_REPEATS:
+            reasons.append(
+                f"{side} has {n} usable repeat(s) of {primary.label}, at least {MIN_REPEATS} are needed; "
+                f"raise --repeats (3 or more per side)"
+            )
+        bound = [r.point_id or "?" for r in reps if r.client_bound]
+        if bound:
+            reasons.append(
+                f"{side} measurement(s) client-bound ({', '.join(bound)}): the client, not the server, set them"
+            )
+    return reasons
 
 
 def compare(
@@ -361,21 +445,11 @@ def compare(
     threshold = max(margin_pct, noise_floor_pct or 0.0)
     bars = {"threshold": threshold, "margin": margin_pct, "equivalence": max(equivalence_pct, margin_pct)}
     deltas = tuple(_metric(m, base, cand, confidence, **bars) for m in metrics)
-    reasons: list[str] = []
     primary = deltas[0]
-    for side, reps, n in (("baseline", base, primary.n_baseline), ("candidate", cand, primary.n_candidate)):
-        if n < MIN_REPEATS:
-            reasons.append(
-                f"{side} has {n} usable repeat(s) of {primary.label}, at least {MIN_REPEATS} are needed; "
-                f"raise --repeats (3 or more per side)"
-            )
-        bound = [r.point_id or "?" for r in reps if r.client_bound]
-        if bound:
-            reasons.append(
-                f"{side} measurement(s) client-bound ({', '.join(bound)}): the client, not the server, set them"
-            )
+    reasons = _side_reasons(primary, base, cand)
     outcome = primary.outcome
     notes: list[str] = []
+    blocked = bool(incomparable) or any(r.client_bound for r in (*base, *cand))
     if incomparable:
         outcome, reasons = "incomparable", list(incomparable)
     elif reasons:
@@ -402,4 +476,5 @@ def compare(
         tuple(reasons),
         ordering,
         tuple(notes),
+        blocked=blocked,
     )

@@ -5,6 +5,10 @@ rewritten in place as requests finish, and erased when the point ends so pytest'
 it always does.  The line is only drawn on an interactive terminal (a tty), never under ``-q``, never on
 an xdist worker (whose output nobody sees), and never when the terminal reporter is absent.  It is drawn
 from the main thread with pytest's output capturing suspended, like pytest's own live logging.
+
+Off a terminal (a CI log, ``| tee``) the line cannot be rewritten, so :class:`LiveLine` writes a plain progress
+line instead, at least every :data:`LOG_INTERVAL_S` seconds while a point runs: point, repeat, requests done,
+the point's elapsed time and ETA (from its request rate so far), and the session's elapsed time.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import pytest
 
 from pytest_sskj.acceptance.matrix import Point
 
-__all__ = ["LiveLine", "live_enabled", "status_text"]
+__all__ = ["LOG_INTERVAL_S", "LiveLine", "live_enabled", "log_enabled", "log_text", "status_text"]
 
 _MIN_INTERVAL_S = 0.1
+LOG_INTERVAL_S = 10.0
+"""Off a tty: the longest silence between two progress lines while points run."""
 
 
 class _Writer(Protocol):
@@ -48,13 +54,44 @@ def live_enabled(config: pytest.Config, *, isatty: bool | None = None) -> bool:
     return bool(isatty)
 
 
+def log_enabled(config: pytest.Config) -> bool:
+    """Whether plain progress lines are written: no tty, the controller, not ``-q``, a terminal reporter."""
+    if hasattr(config, "workerinput") or config.get_verbosity() < 0:
+        return False
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    return tr is not None and not bool(getattr(tr, "isatty", False))
+
+
+def _dur(seconds: float) -> str:
+    s = max(0, round(seconds))
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s} s"
+
+
+def log_text(point: Point, done: int, total: int, elapsed_s: float, session_s: float) -> str:
+    """The plain progress line: ``sskj: progress parallel chunk512 C=16 r2/3: 17/40 requests, 6 s, ETA 8 s``."""
+    eta = _dur(elapsed_s * (total - done) / done) if done > 0 else "unknown"
+    body = status_text(point, done, total).removeprefix("sskj: ")
+    return f"sskj: progress {body}, {_dur(elapsed_s)} elapsed, ETA {eta} (session {_dur(session_s)})"
+
+
 class LiveLine:
     """Draws the status line through a writer (the terminal reporter's), throttled to 10 updates/s."""
 
     def __init__(
-        self, writer: _Writer | None, suspend: Callable[[], AbstractContextManager[Any]] | None = None
+        self,
+        writer: _Writer | None,
+        suspend: Callable[[], AbstractContextManager[Any]] | None = None,
+        *,
+        log: bool = False,
+        interval_s: float = LOG_INTERVAL_S,
     ) -> None:
         self.writer = writer
+        self.log = log
+        """Off a tty: plain lines every ``interval_s`` instead of one rewritten line."""
+        self.interval_s = interval_s
+        self._started = time.monotonic()
+        self._printed = self._started
+        self._point: tuple[str, float] | None = None
         self.suspend = suspend or contextlib.nullcontext
         self._active = False
         self._last = 0.0
@@ -64,13 +101,26 @@ class LiveLine:
 
     @classmethod
     def for_config(cls, config: pytest.Config) -> LiveLine:
-        if not live_enabled(config):
+        log = log_enabled(config)
+        if not live_enabled(config) and not log:
             return cls(None)
         tr: Any = config.pluginmanager.get_plugin("terminalreporter")
         capman: Any = config.pluginmanager.get_plugin("capturemanager")
         # output capturing is active during a test's call: draw with it suspended, as pytest's live logging does
         suspend = capman.global_and_fixture_disabled if capman is not None else None
-        return cls(tr._tw if tr is not None else None, suspend)
+        return cls(tr._tw if tr is not None else None, suspend, log=log)
+
+    def _log(self, point: Point, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self._point is None or self._point[0] != point.id:
+            self._point = (point.id, now)
+        if now - self._printed < self.interval_s:
+            return
+        self._printed = now
+        assert self.writer is not None
+        text = log_text(point, done, total, now - self._point[1], now - self._started)
+        with self.suspend():
+            self.writer.write(f"\n{text}\n", flush=True)
 
     @property
     def enabled(self) -> bool:
@@ -78,6 +128,9 @@ class LiveLine:
 
     def update(self, point: Point, done: int, total: int) -> None:
         if self.writer is None:
+            return
+        if self.log:
+            self._log(point, done, total)
             return
         now = time.monotonic()
         if self._active and done < total and now - self._last < _MIN_INTERVAL_S:
@@ -96,7 +149,7 @@ class LiveLine:
 
     def finish(self) -> None:
         """Erase the line and return the cursor to the end of the test's own line."""
-        if self.writer is None or not self._active:
+        if self.writer is None or not self._active or self.log:
             return
         right = f"\x1b[{self._col}C" if self._col else ""
         with self.suspend():

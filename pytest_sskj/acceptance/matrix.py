@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pytest_sskj.deploy.layouts import shape_id
 from pytest_sskj.engines import ENGINES
-from pytest_sskj.server.spec import ServerSpec, spec_from_settings
+from pytest_sskj.server.spec import ServerSpec, SpecOverride, spec_from_settings
 from pytest_sskj.settings import Settings
 
 __all__ = [
@@ -209,22 +209,31 @@ def build_points(settings: Settings) -> list[Point]:
 
 def spec_for(settings: Settings, point: Point) -> ServerSpec:
     """The server spec ``point`` needs: the run's spec with the point's layout (sizes, args, env) applied."""
-    spec = spec_from_settings(settings, backend=arm_backend(point.backend), chunk=point.chunk)
-    if arm_instance(point.backend):  # the arm ``marlin@2`` of an A/A control is a second, separate server
-        spec = spec.with_(instance=arm_instance(point.backend))
-    if point.layout is None:
-        return spec
-    lay = next((x for x in settings.layouts if x.name == point.layout), None)
-    if lay is None:
-        raise ValueError(f"point {point.id} names layout {point.layout!r}, which this run does not have")
-    return spec.with_(
-        tp=lay.tp,
-        dp=lay.dp,
-        ep=lay.ep,
-        pp=lay.pp,
-        extra_args=(*spec.extra_args, *lay.server_args),
-        env=(*spec.env, *lay.env),
-        labels=(*spec.labels, ("layout", lay.name)),
+    lay = None
+    if point.layout is not None:
+        lay = next((x for x in settings.layouts if x.name == point.layout), None)
+        if lay is None:
+            raise ValueError(f"point {point.id} names layout {point.layout!r}, which this run does not have")
+    override = (
+        SpecOverride(
+            tp=lay.tp,
+            dp=lay.dp,
+            ep=lay.ep,
+            pp=lay.pp,
+            server_args=lay.server_args,
+            env=lay.env,
+            labels=(("layout", lay.name),),
+        )
+        if lay is not None
+        else None
+    )
+    # the arm ``marlin@2`` of an A/A control is a second, separate server (``instance``)
+    return spec_from_settings(
+        settings,
+        backend=arm_backend(point.backend),
+        chunk=point.chunk,
+        override=override,
+        instance=arm_instance(point.backend) or 0,
     )
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,11 @@ from pytest_sskj.acceptance.curve import Curve, build_curve
 from pytest_sskj.acceptance.live import LiveLine
 from pytest_sskj.acceptance.matrix import Comparison, ConfigKey, CurveKey, Point
 from pytest_sskj.acceptance.runner import PointOutcome, PointRunner
-from pytest_sskj.acceptance.search import SearchResult, judge, search
+from pytest_sskj.acceptance.search import SearchResult, highest_met, judge, search
+from pytest_sskj.acceptance.sequential import Design, log_spread_pct, plan_line, repeat_seconds, run_sequential
 from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json, jsonable
 from pytest_sskj.acceptance.summary import overhead_line, summary_lines  # imported early, not at session end
+from pytest_sskj.bench.metrics import percentile_note, percentile_problems
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
@@ -77,6 +79,8 @@ class Acceptance:
         self.live = LiveLine.for_config(config)
         self.runner = PointRunner(config, settings, self.store, progress=self.live.update)
         self.verdicts: list[dict[str, Any]] = []
+        self.extent: dict[str, int] = {}
+        """Repeats measured per configuration id (more than ``--repeats`` where the sequential design added)."""
         self.agreements: dict[str, AgreementVerdict | None] = {}
         """Output-agreement part of each comparison (by comparison id); ``None`` when agreement is off."""
 
@@ -151,10 +155,19 @@ class Acceptance:
         if server is not None and SERVER_KEY not in item.stash:
             item.stash[SERVER_KEY] = (server, server.mark())
 
-    def repeats(self, key: ConfigKey) -> list[PointOutcome]:
-        """Every repeat of ``key`` (measured now if the serving tests have not run it yet)."""
+    def repeats(self, key: ConfigKey, n: int | None = None) -> list[PointOutcome]:
+        """The first ``n`` repeats of ``key`` (default: every repeat measured so far, at least ``--repeats``),
+        measured now if no test has run them yet; repeats beyond ``--repeats`` are the sequential design's."""
         s = self.settings
-        return [self.serve(key.point(r, s.repeats)) for r in range(1, s.repeats + 1)]
+        n = n or max(s.repeats, self.extent.get(key.id, 0))
+        self.extent[key.id] = max(n, self.extent.get(key.id, 0))
+        last = self.design().last
+        return [self.serve(key.point(r, s.repeats if r <= s.repeats else last)) for r in range(1, n + 1)]
+
+    def design(self) -> Design:
+        """The sequential design of every comparison: ``--repeats`` .. ``--sskj-max-repeats`` repeats per side."""
+        s = self.settings
+        return Design(s.repeats, max(s.repeats, s.max_repeats or s.repeats))
 
     # -- verdicts ------------------------------------------------------------------------------------
     def record(self, verdict: dict[str, Any]) -> None:
@@ -177,11 +190,17 @@ class Acceptance:
             "between the blocks is not separated from the backend difference"
         )
 
-    def _sides(self, comp: Comparison) -> tuple[list[PointOutcome], list[PointOutcome]]:
-        return self.repeats(comp.baseline_config()), self.repeats(comp.candidate_config())
+    def _sides(self, comp: Comparison, n: int | None = None) -> tuple[list[PointOutcome], list[PointOutcome]]:
+        if n is None:  # the pairs both sides have
+            n = min(
+                self.extent.get(c.id, self.settings.repeats) for c in (comp.baseline_config(), comp.candidate_config())
+            )
+        return self.repeats(comp.baseline_config(), n), self.repeats(comp.candidate_config(), n)
 
-    def _verdict(self, comp: Comparison, noise_floor: float | None) -> tuple[Verdict | None, str]:
-        base, cand = self._sides(comp)
+    def _verdict(
+        self, comp: Comparison, noise_floor: float | None, n: int | None = None, confidence: float = 0.95
+    ) -> tuple[Verdict | None, str]:
+        base, cand = self._sides(comp, n)
         usable_b = [o for o in base if o.passed]
         usable_c = [o for o in cand if o.passed]
         missing = [o for o in (*base, *cand) if not o.passed]
@@ -194,16 +213,28 @@ class Acceptance:
             [RepeatSample.from_row(o.row) for o in usable_b],
             [RepeatSample.from_row(o.row) for o in usable_c],
             margin_pct=0.0 if comp.is_control else self.settings.margin_pct,
+            confidence=confidence,
             noise_floor_pct=noise_floor,
             ordering=self.ordering(),
             incomparable=self.incomparable(comp),
         )
-        if missing:
-            from dataclasses import replace
 
+        if missing:
             note = f"{len(missing)} repeat(s) did not pass and are left out: " + ", ".join(o.point.id for o in missing)
             v = replace(v, notes=(*v.notes, note))
+        if v.outcome == "inconclusive":
+            v = replace(v, plan=self.plan(usable_b, usable_c))
         return v, ""
+
+    def plan(self, base: Sequence[PointOutcome], cand: Sequence[PointOutcome]) -> str:
+        """The power planner's line for an inconclusive comparison of ``base`` and ``cand`` repeats."""
+        s = self.settings
+        vals = [[o.row.get("input_throughput") for o in side] for side in (base, cand)]
+        spreads = [log_spread_pct([float(x) for x in side if isinstance(x, (int, float))]) for side in vals]
+        observed = max((x for x in spreads if x is not None), default=None)
+        spread = s.plan_spread_pct if s.plan_spread_pct is not None else observed
+        secs = repeat_seconds([o.row for o in (*base, *cand)])
+        return plan_line(s.plan_difference_pct, spread, observed=s.plan_spread_pct is None, repeat_s=secs)
 
     def incomparable(self, comp: Comparison) -> list[str]:
         """Why the two sides of ``comp`` cannot be compared: specs or recorded engine facts that differ."""
@@ -240,9 +271,20 @@ class Acceptance:
         measured difference as the run's noise floor; a candidate must clear ``max(margin, noise floor)``.
         """
         floor = None if comp.is_control else self.noise_floor(comp)
-        v, why = self._verdict(comp, floor)
+        why: list[str] = []
+
+        def judge_at(n: int, confidence: float) -> Verdict | None:
+            v, w = self._verdict(comp, floor, n, confidence)
+            why.append(w)
+            return v
+
+        def extend(n: int) -> None:  # one more interleaved A/B pair: baseline repeat n, then candidate repeat n
+            self.repeats(comp.baseline_config(), n)
+            self.repeats(comp.candidate_config(), n)
+
+        v = run_sequential(self.design(), judge_at, extend)
         if v is None:
-            return None, why
+            return None, why[-1]
         enforced = comp.is_control or self.settings.compare_expect == "better"
         passed = v.outcome not in DECIDED if comp.is_control else v.outcome == "better"
         self.record(
@@ -318,7 +360,12 @@ class Acceptance:
         for o in passed:
             ok, results = judge(s.slo, o.row, osl=(key.shape or (s.isl, s.osl))[1])
             all_ok = all_ok and ok
-            lines.append(f"{o.point.id}: " + ", ".join(r.sentence() for r in results))
+            n = o.row.get("completed")
+            basis = [percentile_note(r.gate.metric, n if isinstance(n, int) else None) for r in results]
+            lines.append(
+                f"{o.point.id}: "
+                + ", ".join(r.sentence() + (f" ({b})" if b else "") for r, b in zip(results, basis, strict=True))
+            )
             gates += [
                 {
                     "metric": r.gate.metric,
@@ -330,10 +377,12 @@ class Acceptance:
                 }
                 for r in results
             ]
-        message = "; ".join(lines)
+        unsupported = percentile_problems(s.slo, s.requests)
+        message = "; ".join(lines) + "".join(f"; WARNING: {w}" for w in unsupported)
         self.record(
             {
                 "kind": "slo",
+                "warnings": unsupported,
                 "id": key.id,
                 "test_id": test_id,
                 "passed": all_ok,
@@ -378,6 +427,11 @@ class Acceptance:
             known=known,
             on_step=lambda st: log.append(st.as_dict()),
         )
+        rows = [r for r in self.stored_rows() if r.get("kind", "serve") == "serve"]
+        met = highest_met([r for r in rows if r.get("backend") == backend and r.get("chunk") == chunk])
+        if met is not None and (result.best is None or met > result.best):
+            note = f"the matrix points met the SLO up to C={met} (the highest concurrency meeting the SLO overall)"
+            result = replace(result, notes=(*result.notes, note))
         self.record(
             {
                 "kind": "search",
@@ -386,6 +440,9 @@ class Acceptance:
                 "backend": backend,
                 "chunk": chunk,
                 "best_concurrency": result.best,
+                "highest_slo_met_concurrency": max(x for x in (met, result.best) if x is not None)
+                if (met, result.best) != (None, None)
+                else None,
                 **result.as_dict(),
             }
         )
@@ -439,7 +496,15 @@ def sskj_site() -> SiteDefaults:
 # -- hooks -------------------------------------------------------------------------------------------
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
-    if settings is None or settings.dry_run:
+    if settings is None:
+        return
+    unsupported = percentile_problems(settings.slo, settings.requests)
+    if unsupported and settings.percentile_strict:
+        raise pytest.UsageError(
+            "--sskj-slo: " + "; ".join(unsupported) + "\n  accepted: percentile gates the request count supports"
+            "\n  Hint: raise --requests, gate a lower percentile, or drop --sskj-percentile-strict"
+        )
+    if settings.dry_run:
         return
     from pytest_sskj.acceptance.resume import guard_resume, write_fingerprint
 
@@ -508,7 +573,7 @@ def _budget_s(settings: Settings, item: pytest.Item) -> float:
     the engine's budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
     per_point = max(get_engine(settings.engine).point_budget_s, settings.stall_timeout_s + 30.0)
     rank = _param_rank(item)
-    points = 1 if rank <= 0 else 2 * settings.repeats * max(1, len(settings.chunks))
+    points = 1 if rank <= 0 else 2 * max(settings.repeats, settings.max_repeats or 0) * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):
         points = 16
     return settings.health_timeout_s * (1 if rank <= 0 else 2) + per_point * points
@@ -582,9 +647,39 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         wall = time.perf_counter() - t0
         at = len(lines) - 1 if lines[-1].startswith("results:") else len(lines)
         lines.insert(at, overhead_line(rows, starts if isinstance(starts, dict) else None, wall))
+    lines[-1:-1] = (
+        _evidence_lines(config, settings.run_dir, acc.stored_verdicts()) if lines[-1].startswith("results:") else []
+    )
     terminalreporter.write_sep("=", "sskj acceptance summary (median of repeats)")
     for line in lines:
         terminalreporter.write_line(line)
+    from pytest_sskj.report.conclusions import conclusion_lines  # computed from the run (h1-twin)
+
+    for line in conclusion_lines(rows, acc.stored_verdicts(), settings.as_dict())[1:]:
+        terminalreporter.write_line(line)
+
+
+def _evidence_lines(config: pytest.Config, run_dir: Path, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The long verdict evidence goes to ``verdicts.txt`` in the run directory (the terminal has the headlines),
+    and every deselection of the session is explained."""
+    from pytest_sskj.acceptance.summary import deselection_lines, verdict_lines
+
+    out: list[str] = []
+    full = verdict_lines(verdicts)
+    if full:
+        try:
+            from pytest_sskj.rundir import atomic_write_text
+
+            atomic_write_text(run_dir / "verdicts.txt", "\n".join(full) + "\n")
+            out.append(f"evidence of every verdict: {run_dir / 'verdicts.txt'} (and verdicts.json)")
+        except OSError as exc:
+            out.append(f"could not write {run_dir / 'verdicts.txt'}: {exc}")
+    reporter = config.stash.get(EXTRA_KEY, {}).get("reporter")
+    selection = getattr(getattr(reporter, "outcomes", None), "selection", None) or {}
+    deselected = sum(int(n) for n in (selection.get("deselected") or {}).values())
+    na = selection.get("not_applicable") or {}
+    out += deselection_lines(na, deselected + len(na))
+    return out
 
 
 def point_param_ids(settings: Settings) -> list[str]:

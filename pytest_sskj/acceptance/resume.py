@@ -71,6 +71,10 @@ def fingerprint(settings: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in MEASURED_SETTINGS:
         value = getattr(settings, key, None)
+        if key == "target_url" and value:
+            from pytest_sskj.redact import url_without_userinfo
+
+            value = url_without_userinfo(value)  # its credentials are sent by nothing and stored nowhere
         out[key] = _digest(value) if key in _DIGESTED else _plain(value)
     return out
 

@@ -16,14 +16,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_sskj.acceptance import matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
-from pytest_sskj.engines import get_engine
+from pytest_sskj.bench.result import BenchFn, BenchOutcome
+from pytest_sskj.engines import cache_resets, get_engine
 from pytest_sskj.errors import (
     HealthTimeout,
     LauncherError,
@@ -34,8 +35,14 @@ from pytest_sskj.errors import (
 )
 from pytest_sskj.records import IDENTITY_FIELDS, new_row
 from pytest_sskj.report import categories as cat
+from pytest_sskj.server.logscan import Finding
+from pytest_sskj.server.serving import Serving, ServingPool
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
+
+if TYPE_CHECKING:
+    from pytest_sskj.bench.client import BenchTimeouts
+    from pytest_sskj.bench.workload import Workload
 
 __all__ = [
     "BrokenSpec",
@@ -51,22 +58,6 @@ _SAMPLE_KEYS = ("ttft", "e2e_latency", "tpot")
 _WATCH_INTERVAL_S = 0.25
 
 
-class _Server(Protocol):
-    spec: ServerSpec
-    urls: list[str]
-
-    def mark(self) -> Any: ...
-    def findings_since(self, mark: Any) -> list[Any]: ...
-    def check_alive(self) -> None: ...
-    def server_info(self) -> dict[str, Any] | None: ...
-
-
-class _Pool(Protocol):
-    def get(self, spec: ServerSpec) -> Any: ...
-    def stop(self, spec: ServerSpec) -> Any: ...
-
-
-BenchFn = Callable[..., Any]
 ProgressFn = Callable[[Point, int, int], None]
 
 
@@ -104,18 +95,14 @@ def finding_tag(category: str) -> str:
     return {"oom": cat.OOM, "nccl": cat.NCCL, "watchdog": cat.TIMEOUT}.get(category, cat.CRASH)
 
 
-def current_config_problems(server: Any, spec: ServerSpec) -> list[str]:
-    """Ask the running server *now* what it runs and compare with ``spec`` (external servers: not checked).
+def current_config_problems(server: Serving, spec: ServerSpec) -> list[str]:
+    """Ask the running server *now* what it runs and compare with its spec (external servers: not checked).
 
     The engine decides how (``Engine.live_config_problems``): SGLang a fresh ``/server_info`` (a server that
-    stops answering it is a problem); embedded: llama.cpp's ``/props`` slot count and ``n_batch``.
+    stops answering it is a problem); embedded: llama.cpp's ``/props`` slot count and ``n_batch``; a
+    deployment checks each of its groups and the PD contract between them.
     """
-    own = getattr(server, "config_problems", None)  # a deployment checks each of its groups itself
-    if callable(own):
-        return list(own())
-    if getattr(server, "external", False) or not getattr(server, "urls", None):
-        return []
-    return get_engine(spec.engine).live_config_problems(spec, str(server.urls[0]).rstrip("/"))
+    return list(server.config_problems())
 
 
 def config_mismatches(spec: ServerSpec, info: Mapping[str, Any] | None) -> list[str]:
@@ -137,15 +124,8 @@ def _excerpt(text: str, limit: int = 1500) -> str:
     return text[:head].rstrip() + "\n  …\n" + text[-(limit - head) :].lstrip("\n")
 
 
-def _samples_of(result: Any) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for name in _SAMPLE_KEYS:
-        try:
-            vals = result.samples(name)
-        except (AttributeError, KeyError, ValueError):
-            continue
-        out[f"{name}_ms"] = [float(v) for v in vals if v is not None]
-    return out
+def _samples_of(result: BenchOutcome) -> dict[str, list[float]]:
+    return {f"{name}_ms": [float(v) for v in result.samples(name)] for name in _SAMPLE_KEYS}
 
 
 class PointRunner:
@@ -175,7 +155,7 @@ class PointRunner:
             return max(self.settings.requests, 2 * point.concurrency)
         return self.settings.requests
 
-    def workload(self, point: Point) -> Any:
+    def workload(self, point: Point) -> Workload:
         from pytest_sskj.bench.workload import Workload
 
         s = self.settings
@@ -195,7 +175,7 @@ class PointRunner:
             token_ids=get_engine(s.engine).stream_token_ids and s.endpoint == "completions",
         )
 
-    def timeouts(self, point: Point) -> Any:
+    def timeouts(self, point: Point) -> BenchTimeouts:
         """The bench's hang bounds: ``--sskj-stall-timeout`` and a per-request deadline from the shape."""
         from pytest_sskj.bench.client import BenchTimeouts
 
@@ -237,7 +217,7 @@ class PointRunner:
         return outcome
 
     # -- the point -------------------------------------------------------------------------------------
-    def run(self, point: Point, pool: _Pool, bench: BenchFn, *, test_id: str = "") -> PointOutcome:
+    def run(self, point: Point, pool: ServingPool, bench: BenchFn, *, test_id: str = "") -> PointOutcome:
         """Run ``point`` (or return its outcome from this session, or from disk on ``--resume``)."""
         if point.id in self.outcomes:
             return self.outcomes[point.id]
@@ -298,7 +278,7 @@ class PointRunner:
             self._agreement_probes(point, spec, pool)
         return outcome
 
-    def _agreement_probes(self, point: Point, spec: ServerSpec, pool: _Pool) -> None:
+    def _agreement_probes(self, point: Point, spec: ServerSpec, pool: ServingPool) -> None:
         """Output agreement: this point's greedy probes (if it runs any) while its server is still up."""
         from pytest_sskj.acceptance import agreement as agr
         from pytest_sskj.engines import get_engine
@@ -329,108 +309,128 @@ class PointRunner:
                 point_id=point.id,
             )
 
-    def _break(self, pool: _Pool, spec: ServerSpec, point: Point, what: str) -> None:
+    def _break(self, pool: ServingPool, spec: ServerSpec, point: Point, what: str) -> None:
         self.broken[spec.key()] = BrokenSpec(point.id, what)
         try:
             pool.stop(spec)
         except (ServerError, OSError) as exc:  # best effort here; the pool's close() retries at session end
             self.broken[spec.key()].what += f" (teardown failed: {exc})"
 
-    def _measure(self, point: Point, spec: ServerSpec, pool: _Pool, bench: BenchFn, outcome: PointOutcome) -> None:
-        from pytest_sskj.report import allure
-
-        row = outcome.row
-        try:
-            with allure.step(f"launch {spec.label} ({spec.nnodes} node(s)) and wait for health"):
-                server = pool.get(spec)
-        except HealthTimeout as exc:
-            self._break(pool, spec, point, "failed to start")
-            self._fail(
-                outcome, "launch", f"{cat.TIMEOUT} server {spec.label} did not become healthy: {_excerpt(str(exc))}"
-            )
-            return
-        except LauncherError as exc:  # ssh unreachable, program missing: the same for every repeat
-            self._break(pool, spec, point, "launch failed")
-            self._fail(
-                outcome, "launch", f"{cat.CRASH} server {spec.label} could not be launched: {_excerpt(str(exc))}"
-            )
-            return
-        except (ServerLaunchError, ServerConfigMismatch, ServerCrashed) as exc:
-            self._break(pool, spec, point, "failed to start")
-            self._fail(
-                outcome,
-                "launch",
-                f"{cat.CRASH} server {spec.label} failed to start ({type(exc).__name__}): {_excerpt(str(exc))}",
-            )
+    def _measure(
+        self, point: Point, spec: ServerSpec, pool: ServingPool, bench: BenchFn, outcome: PointOutcome
+    ) -> None:
+        """The point's phases: launch, bench (watched), log scan, the bench's verdict, the liveness verdict,
+        the config re-check, the oracle, client-boundness."""
+        server = self._launch(point, spec, pool, outcome)
+        if server is None:
             return
         _attach_commands(server)
         mark = server.mark()
         out_dir = self.store.point_dir(point.id)
         result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
-        with allure.step("log scan (every node, since the point started)"):
-            try:
-                findings = list(server.findings_since(mark))
-            except (OSError, ServerError):
-                findings = []
-        row["findings"] = [_finding_row(f) for f in findings]
-        fatal = [f for f in findings if getattr(f, "severity", "") == "fatal"]
+        findings = self._scan(server, mark, outcome)
         if result is not None:
-            metrics = dict(getattr(result, "metrics", {}) or {})
-            fixed = {k: row[k] for k in IDENTITY_FIELDS}
-            row.update(metrics)
-            row["measured_concurrency"] = metrics.get("concurrency")  # the bench's is the measured mean
-            row.update(fixed)
-            row["client_bound"] = bool(getattr(result, "client_bound", False))
-            row["client_priority"] = getattr(self, "_client_priority", None)
-            outcome.samples = _samples_of(result)
-            _attach_result(result, out_dir, outcome.samples)
-            failures = list(getattr(result, "failures", []) or [])
-            n_total = self.requests_for(point)
-            if failures or not getattr(result, "ok", False):
-                done = metrics.get("completed")
-                head = f"{done}/{n_total}" if isinstance(done, int) else f"{n_total - len(failures)}/{n_total}"
-                shown = "; ".join(str(f) for f in failures[:5]) or "the bench reported not ok"
-                more = f" (+{len(failures) - 5} more)" if len(failures) > 5 else ""
-                row["reasons"].append(f"{head} requests passed the strict oracle: {shown}{more}")
-        stalled = getattr(result, "stalled", None) if result is not None else None
-        if crash is None and stalled:
-            crash = (
-                "hang",
-                f"{cat.TIMEOUT} server {spec.label} hung during {point.id}: {stalled}; the point was stopped "
-                f"(--sskj-stall-timeout {self.settings.stall_timeout_s:g} s)",
-            )
-        if crash is None and result is not None:
-            try:
-                server.check_alive()
-            except ServerCrashed as exc:
-                crash = ("crash", f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}")
-        if crash is None and fatal:
-            f0 = fatal[0]
-            crash = (
-                str(getattr(f0, "category", "crash")),
-                f"{finding_tag(str(getattr(f0, 'category', '')))} fatal log finding during {point.id}: "
-                + "; ".join(_describe(f) for f in fatal[:3])
-                + f"\n{_excerpt(str(getattr(f0, 'excerpt', '') or ''))}",
-            )
+            self._record(point, result, out_dir, outcome)
+        crash = crash or self._after_bench(point, spec, server, result, findings)
         if crash is not None:
-            what = "hung" if crash[0] in ("timeout", "hang") else "crashed"
-            self._break(pool, spec, point, what)
-            from pytest_sskj.report import allure as _al
-
-            _al.attach_text(f"log excerpt {point.id}", crash[1])
+            self._break(pool, spec, point, "hung" if crash[0] in ("timeout", "hang") else "crashed")
+            allure_text(f"log excerpt {point.id}", crash[1])
             self._fail(outcome, crash[0], crash[1])
             return
-        with allure.step("server still reports the spec'd configuration"):
+        with allure_step("server still reports the spec'd configuration"):
             bad = current_config_problems(server, spec)
         if bad:
             self._fail(outcome, "config", f"server no longer reports the spec'd configuration: {', '.join(bad)}")
             return
+        row = outcome.row
         if row["reasons"]:
             self._fail(outcome, "oracle", row["reasons"].pop())
             return
         if row.get("client_bound") and not self._client_bound_allowed(outcome):
             return
         row["status"] = "passed"
+
+    def _launch(self, point: Point, spec: ServerSpec, pool: ServingPool, outcome: PointOutcome) -> Serving | None:
+        """Phase 1: the point's server, healthy; ``None`` (the point failed ``launch``) when it cannot start."""
+        try:
+            with allure_step(f"launch {spec.label} ({spec.nnodes} node(s)) and wait for health"):
+                return pool.get(spec)
+        except HealthTimeout as exc:
+            what, msg = "failed to start", f"{cat.TIMEOUT} server {spec.label} did not become healthy"
+            err: Exception = exc
+        except LauncherError as exc:  # ssh unreachable, program missing: the same for every repeat
+            what, msg = "launch failed", f"{cat.CRASH} server {spec.label} could not be launched"
+            err = exc
+        except (ServerLaunchError, ServerConfigMismatch, ServerCrashed) as exc:
+            what = "failed to start"
+            msg = f"{cat.CRASH} server {spec.label} failed to start ({type(exc).__name__})"
+            err = exc
+        self._break(pool, spec, point, what)
+        self._fail(outcome, "launch", f"{msg}: {_excerpt(str(err))}")
+        return None
+
+    def _scan(self, server: Serving, mark: Any, outcome: PointOutcome) -> list[Finding]:
+        """Phase 3: the log oracle's findings on every node since the point started, into the row."""
+        with allure_step("log scan (every node, since the point started)"):
+            try:
+                findings = list(server.findings_since(mark))
+            except (OSError, ServerError):
+                findings = []
+        outcome.row["findings"] = [f.row() for f in findings]
+        return findings
+
+    def _record(self, point: Point, result: BenchOutcome, out_dir: Path, outcome: PointOutcome) -> None:
+        """Phase 4: the bench's metrics, samples and strict-oracle failures into the row."""
+        row = outcome.row
+        metrics = dict(result.metrics)
+        fixed = {k: row[k] for k in IDENTITY_FIELDS}
+        row.update(metrics)
+        row["measured_concurrency"] = metrics.get("concurrency")  # the bench's is the measured mean
+        row.update(fixed)
+        row["client_bound"] = bool(result.client_bound)
+        row["client_priority"] = self._client_priority
+        outcome.samples = _samples_of(result)
+        _attach_result(result, outcome.samples)
+        failures = list(result.failures)
+        n_total = self.requests_for(point)
+        if failures or not result.ok:
+            done = metrics.get("completed")
+            head = f"{done}/{n_total}" if isinstance(done, int) else f"{n_total - len(failures)}/{n_total}"
+            shown = "; ".join(failures[:5]) or "the bench reported not ok"
+            more = f" (+{len(failures) - 5} more)" if len(failures) > 5 else ""
+            row["reasons"].append(f"{head} requests passed the strict oracle: {shown}{more}")
+
+    def _after_bench(
+        self,
+        point: Point,
+        spec: ServerSpec,
+        server: Serving,
+        result: BenchOutcome | None,
+        findings: Sequence[Finding],
+    ) -> tuple[str, str] | None:
+        """Phase 5: a hang the bench saw, a crash seen now, or a fatal log finding -> (category, message)."""
+        stalled = result.stalled if result is not None else None
+        if stalled:
+            return (
+                "hang",
+                f"{cat.TIMEOUT} server {spec.label} hung during {point.id}: {stalled}; the point was stopped "
+                f"(--sskj-stall-timeout {self.settings.stall_timeout_s:g} s)",
+            )
+        if result is not None:
+            try:
+                server.check_alive()
+            except ServerCrashed as exc:
+                return ("crash", f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}")
+        fatal = [f for f in findings if f.severity == "fatal"]
+        if not fatal:
+            return None
+        f0 = fatal[0]
+        return (
+            f0.category,
+            f"{finding_tag(f0.category)} fatal log finding during {point.id}: "
+            + "; ".join(f.describe() for f in fatal[:3])
+            + f"\n{_excerpt(f0.excerpt or '')}",
+        )
 
     def _client_bound_allowed(self, outcome: PointOutcome) -> bool:
         """A client-bound point fails with category ``client-bound`` unless ``--sskj-allow-client-bound``."""
@@ -443,14 +443,15 @@ class PointRunner:
             outcome,
             "client-bound",
             f"{cat.CLIENT_BOUND} {outcome.point.id} is not a valid measurement: the client, not the server, "
-            f"limited it ({evidence}); run the client on a less loaded machine or lower --concurrency "
-            f"(--sskj-allow-client-bound lets it pass; its comparisons stay inconclusive)",
+            f"limited it ({evidence}); "
+            + str(row.get("client_bound_advice") or "run the client on a less loaded machine or lower --concurrency")
+            + " (--sskj-allow-client-bound lets it pass; its comparisons stay inconclusive)",
         )
         return False
 
     def _bench_watched(
-        self, point: Point, spec: ServerSpec, pool: _Pool, bench: BenchFn, server: Any, out_dir: Path
-    ) -> tuple[Any | None, tuple[str, str] | None]:
+        self, point: Point, spec: ServerSpec, pool: ServingPool, bench: BenchFn, server: Serving, out_dir: Path
+    ) -> tuple[BenchOutcome | None, tuple[str, str] | None]:
         """Run the bench in a thread; poll ``check_alive`` here.  Returns (result, (category, message))."""
         from pytest_sskj.report import allure
 
@@ -480,6 +481,7 @@ class PointRunner:
                     label=point.id,
                     progress=progress,
                     timeouts=timeouts,
+                    cache_reset=cache_resets(self.settings.engine),
                 )
             except BaseException as exc:  # reported on the watching thread
                 box["error"] = exc
@@ -523,7 +525,8 @@ class PointRunner:
                 else:
                     crash = ("bench", f"the bench client failed during {point.id}: {type(err).__name__}: {err}")
         self._client_priority = str(box.get("client_priority") or "")
-        return box.get("result"), crash
+        result: BenchOutcome | None = box.get("result")
+        return result, crash
 
 
 CLIENT_NICE = -10
@@ -547,30 +550,29 @@ def raise_client_priority() -> str:
         return f"unchanged ({exc.strerror or exc})"
 
 
-def _describe(f: Any) -> str:
-    d = getattr(f, "describe", None)
-    return str(d()) if callable(d) else str(f)
-
-
-def _finding_row(f: Any) -> dict[str, Any]:
-    r = getattr(f, "row", None)
-    if callable(r):
-        return dict(r())
-    return {k: getattr(f, k, None) for k in ("category", "severity", "node", "line")}
-
-
-def _attach_commands(server: Any) -> None:
+def allure_step(title: str) -> Any:
     from pytest_sskj.report import allure
 
-    cmds: Sequence[Any] = getattr(server, "commands", []) or []
-    for c in cmds:
+    return allure.step(title)
+
+
+def allure_text(name: str, text: str) -> None:
+    from pytest_sskj.report import allure
+
+    allure.attach_text(name, text)
+
+
+def _attach_commands(server: Serving) -> None:
+    from pytest_sskj.report import allure
+
+    for c in server.commands:
         allure.attach_text(f"launch command {c.node} rank {c.rank}", c.shell())
 
 
-def _attach_result(result: Any, out_dir: Path, samples: Mapping[str, Sequence[float]]) -> None:
+def _attach_result(result: BenchOutcome, samples: Mapping[str, Sequence[float]]) -> None:
     from pytest_sskj.report import allure
 
-    allure.attach_json("metrics", dict(getattr(result, "metrics", {}) or {}))
+    allure.attach_json("metrics", dict(result.metrics))
     n = max((len(v) for v in samples.values()), default=0)
     if n:
         rows = [{k: (v[i] if i < len(v) else None) for k, v in samples.items()} for i in range(n)]

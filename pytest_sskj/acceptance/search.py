@@ -102,12 +102,32 @@ class SearchResult:
         )
         best = f"C={self.best}" if self.best is not None else "none"
         floor = f" (floor C={self.floor}: {'met' if self.passed else 'NOT met'})" if self.floor is not None else ""
-        return f"{self.mode}: highest concurrency meeting the SLO = {best}{floor}; {self.stop_reason}; steps: {trail}"
+        notes = "".join(f"; {n}" for n in self.notes)
+        return f"{self.mode}: {self.answer_text} = {best}{floor}; {self.stop_reason}; steps: {trail}{notes}"
+
+    @property
+    def answer(self) -> str:
+        """What :attr:`best` is: ``saturation`` (throughput stopped growing; the SLO was still met), ``slo_limit``
+        (the next step missed the SLO) or ``max`` (the search's maximum was reached)."""
+        if self.stop_reason.startswith("saturated"):
+            return "saturation"
+        if self.stop_reason.startswith("SLO missed"):
+            return "slo_limit"
+        return "max"
+
+    @property
+    def answer_text(self) -> str:
+        return {
+            "saturation": "saturation knee (throughput stopped growing; the SLO was still met)",
+            "slo_limit": "highest concurrency meeting the SLO",
+            "max": "highest concurrency meeting the SLO up to the search's maximum",
+        }[self.answer]
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "best": self.best,
+            "answer": self.answer,
             "floor": self.floor,
             "passed": self.passed,
             "stop_reason": self.stop_reason,
@@ -162,40 +182,39 @@ def search(
             on_step(s)
         return s
 
-    best: int | None = None
-    if mode == "double":
-        c, prev_tp = 1, None
-        stop = f"reached the maximum C={max_c} (--sskj-search-max)"
-        while c <= max_c:
-            s = step(c)
-            if s.client_bound:  # invalid: neither an answer nor a miss; measure the next concurrency
-                c *= 2
-                continue
-            if not s.slo_ok:
-                stop = f"SLO missed at C={c} ({'; '.join(s.reasons)})"
-                break
-            best = c
-            if (
-                prev_tp is not None
-                and s.throughput is not None
-                and s.throughput < prev_tp * (1 + saturation_gain_pct / 100.0)
-            ):
-                gain = (s.throughput / prev_tp - 1) * 100 if prev_tp else 0.0
-                stop = f"saturated at C={c}: doubling C raised throughput {gain:+.1f} % (< {saturation_gain_pct:g} %)"
-                break
-            prev_tp = s.throughput
-            c *= 2
-        return SearchResult(mode, best, tuple(steps), stop, floor)
+    walk = _double if mode == "double" else _add16
+    best, stop = walk(step, max_c, saturation_gain_pct)
+    return SearchResult(mode, best, tuple(steps), stop, floor)
 
-    c = min(16, max_c)
-    stop = f"reached the maximum C={max_c} (--sskj-search-max)"
+
+def _double(step: Callable[[int], Step], max_c: int, gain_pct: float) -> tuple[int | None, str]:
+    """C = 1, 2, 4, ... until the SLO is missed, throughput gains less than ``gain_pct`` or ``max_c``."""
+    best: int | None = None
+    c, prev_tp = 1, None
     while c <= max_c:
         s = step(c)
-        if s.slo_ok:
-            best = c
-            c += 16
+        if s.client_bound:  # invalid: neither an answer nor a miss; measure the next concurrency
+            c *= 2
             continue
-        if s.client_bound:
+        if not s.slo_ok:
+            return best, f"SLO missed at C={c} ({'; '.join(s.reasons)})"
+        best = c
+        if prev_tp is not None and s.throughput is not None and s.throughput < prev_tp * (1 + gain_pct / 100.0):
+            gain = (s.throughput / prev_tp - 1) * 100 if prev_tp else 0.0
+            return best, f"saturated at C={c}: doubling C raised throughput {gain:+.1f} % (< {gain_pct:g} %)"
+        prev_tp = s.throughput
+        c *= 2
+    return best, f"reached the maximum C={max_c} (--sskj-search-max)"
+
+
+def _add16(step: Callable[[int], Step], max_c: int, _gain_pct: float) -> tuple[int | None, str]:
+    """C = 16, 32, ... until the first miss; with no success yet, step back by halving."""
+    best: int | None = None
+    c = min(16, max_c)
+    while c <= max_c:
+        s = step(c)
+        if s.slo_ok or s.client_bound:
+            best = c if s.slo_ok else best
             c += 16
             continue
         if best is None:
@@ -206,6 +225,20 @@ def search(
                     break
                 back //= 2
         target = f"stepped back to C={best}" if best is not None else "no concurrency met the SLO"
-        stop = f"SLO missed at C={c} ({'; '.join(s.reasons)}); {target}"
-        break
-    return SearchResult(mode, best, tuple(steps), stop, floor)
+        return best, f"SLO missed at C={c} ({'; '.join(s.reasons)}); {target}"
+    return best, f"reached the maximum C={max_c} (--sskj-search-max)"
+
+
+def highest_met(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The highest concurrency among passed, not client-bound ``rows`` (matrix points) whose every SLO gate was
+    met in every repeat; ``None`` when none did (what ``export`` calls the highest concurrency meeting the SLO)."""
+    by_c: dict[int, list[bool]] = {}
+    for r in rows:
+        met = r.get("slo_met")
+        if r.get("status") != "passed" or r.get("client_bound") or not isinstance(met, Mapping) or not met:
+            continue
+        c = r.get("concurrency")
+        if isinstance(c, int):
+            by_c.setdefault(c, []).append(all(v is not False for v in met.values()))
+    ok = [c for c, v in by_c.items() if all(v)]
+    return max(ok) if ok else None

@@ -13,7 +13,16 @@ from typing import Any
 
 from pytest_sskj.report.summary import MEDIANS_HEADER, medians_cells, summarize_points
 
-__all__ = ["HEADER", "overhead_line", "summary_lines", "table_lines", "verdict_lines"]
+__all__ = [
+    "HEADER",
+    "deselection_lines",
+    "headline",
+    "headline_lines",
+    "overhead_line",
+    "summary_lines",
+    "table_lines",
+    "verdict_lines",
+]
 
 HEADER = MEDIANS_HEADER
 
@@ -49,6 +58,93 @@ def verdict_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
         if kind == "comparison" and v.get("outcome"):
             kind += f" [{'A/A control, ' if v.get('control') else ''}{v['outcome']}]"
         out.append(f"{word} {kind}: {v.get('message', '')}")
+    return out
+
+
+_RELATION = {"better": ">", "worse": "<", "equivalent": "\u2248", "inconclusive": "vs"}
+
+
+def _word(v: Mapping[str, Any]) -> str:
+    return "PASS" if v.get("passed") is True else "FAIL" if v.get("passed") is False else "INFO"
+
+
+def _where(v: Mapping[str, Any]) -> str:
+    bits = [
+        f"chunk {v['chunk']}" if v.get("chunk") not in (None, "") else "",
+        f"C={v['concurrency']}" if v.get("concurrency") not in (None, "") else "",
+    ]
+    return " ".join(b for b in bits if b)
+
+
+def _comparison_headline(v: Mapping[str, Any]) -> str:
+    metrics = [m for m in v.get("metrics") or [] if isinstance(m, Mapping)]
+    m = metrics[0] if metrics else {}
+    outcome = str(v.get("outcome") or m.get("outcome") or "?")
+    rel = _RELATION.get(outcome, "vs")
+    what = f"{v.get('candidate')} {rel} {v.get('baseline')}"
+    if isinstance(m.get("delta_pct"), (int, float)):
+        what += f" by {m['delta_pct']:+.1f} % {m.get('label') or m.get('name') or ''}"
+        if isinstance(m.get("ci_low_pct"), (int, float)) and isinstance(m.get("ci_high_pct"), (int, float)):
+            what += f" (CI {m['ci_low_pct']:+.1f}..{m['ci_high_pct']:+.1f} %)"
+    control = "A/A control, " if v.get("control") else ""
+    return f"{_word(v)} {what} at {_where(v)} [{control}{outcome}]"
+
+
+def _slo_headline(v: Mapping[str, Any]) -> str:
+    worst: dict[str, tuple[float, str, float]] = {}
+    gates = [g for g in v.get("gates") or [] if isinstance(g, Mapping) and isinstance(g.get("value"), (int, float))]
+    for g in gates:
+        name, value = str(g.get("metric")), float(g["value"])
+        if name not in worst or (value > worst[name][0]) == (str(g.get("op")) in ("<", "<=")):
+            worst[name] = (value, str(g.get("op")), float(g.get("threshold") or 0.0))
+    repeats = len({g.get("repeat") for g in gates})
+    parts = ", ".join(f"{n} {val:.1f} {op} {thr:g}" for n, (val, op, thr) in worst.items())
+    return f"{_word(v)} SLO {v.get('backend')} at {_where(v)}: worst of {repeats} repeat(s) {parts}"
+
+
+def _search_headline(v: Mapping[str, Any]) -> str:
+    best = v.get("best_concurrency", v.get("best"))
+    stop = f" ({v['stop_reason']})" if v.get("stop_reason") else ""
+    return f"{_word(v)} search {v.get('backend')} at {_where(v)}: highest C meeting the SLO = {best}{stop}"
+
+
+def headline(v: Mapping[str, Any], limit: int = 160) -> str:
+    """One short line per verdict: ``PASS parallel > microbatch by +279.4 % input tps (CI +174.6..+424.1 %) at
+    chunk 256 C=16 [better]``; the long evidence is :func:`verdict_lines` (written to the run directory)."""
+    kind = str(v.get("kind"))
+    try:
+        if kind == "comparison":
+            text = _comparison_headline(v)
+        elif kind == "slo" and v.get("gates"):
+            text = _slo_headline(v)
+        elif kind == "search":
+            text = _search_headline(v)
+        else:
+            text = f"{_word(v)} {kind}: {str(v.get('message', '')).splitlines()[0] if v.get('message') else ''}"
+    except (TypeError, ValueError, KeyError):
+        text = f"{_word(v)} {kind}: {v.get('message', '')}"
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def headline_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The verdict headlines, failures first (then the order the verdicts were given)."""
+    order = {"FAIL": 0, "PASS": 1, "INFO": 2}
+    lines = [headline(v) for v in verdicts]
+    return sorted(lines, key=lambda line: order.get(line.split(" ", 1)[0], 3))
+
+
+def deselection_lines(not_applicable: Mapping[str, str], deselected: int) -> list[str]:
+    """Why tests were deselected: the plugin's own (not applicable, grouped by reason) and the user's rest."""
+    groups: dict[str, list[str]] = {}
+    for nodeid, why in not_applicable.items():
+        groups.setdefault(str(why), []).append(nodeid.rsplit("::", 1)[-1])
+    out = [
+        f"deselected {len(ids)}: {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}: {why}"
+        for why, ids in groups.items()
+    ]
+    rest = deselected - len(not_applicable)
+    if rest > 0:
+        out.append(f"deselected {rest} by the command line (-k, -m, --deselect) or the unit suite's slow marker")
     return out
 
 
@@ -104,7 +200,7 @@ def summary_lines(
     agreement = agreement_table(verdicts)
     if agreement:
         lines += ["", "output agreement (exact token ids, fixed greedy probes):", *agreement]
-    vl = verdict_lines(verdicts)
+    vl = headline_lines(verdicts)
     if vl:
         lines += ["", *vl]
     if lines and run_dir:

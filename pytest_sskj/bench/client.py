@@ -18,17 +18,21 @@ up as ``record.error`` for the oracle.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from pytest_sskj.bench.endpoints import BadFrame, Endpoint
+from pytest_sskj.bench.endpoints import BadFrame, Endpoint, FrameDecoder, FrameInfo
 from pytest_sskj.bench.records import RequestRecord
-from pytest_sskj.bench.sse import DONE, SSEParser
+from pytest_sskj.bench.sse import DONE, SSEEvent, SSEParser
 from pytest_sskj.bench.transport import LeanTransport
+
+if TYPE_CHECKING:
+    from pytest_sskj.engines.base import CacheReset
 
 __all__ = ["TOKEN_ALLOWANCE_S", "BenchClient", "BenchTimeouts", "ClientState"]
 
@@ -171,123 +175,64 @@ class BenchClient:
         except ValueError:
             return None
 
-    async def flush_cache(self, base_url: str) -> str:
-        """Ask the server to drop its prefix cache; returns what happened, in words.
+    async def flush_cache(self, base_url: str, resets: Sequence[CacheReset] | None = None) -> str:
+        """Ask the server to drop its prefix cache the engine's way (``Engine.cache_reset``); returns what
+        happened, in words.
 
-        SGLang's ``POST /flush_cache`` first; where that is 404, vLLM's ``POST /reset_prefix_cache`` (served
-        with ``VLLM_SERVER_DEV_MODE=1``, answers ``{"success": bool}``).  ``"flushed"`` on 2xx (vLLM:
-        ``"flushed (/reset_prefix_cache)"``), ``"unsupported (HTTP 404)"`` where the server has neither (not
-        an error: llama.cpp has none), ``"refused (HTTP 400: ...)"`` when SGLang declines because requests
-        are still running (vLLM: ``success`` false), ``"failed: ..."`` on a transport error.
+        ``resets``: the engine's reset(s), tried in order while the server answers 404; ``None`` (the
+        engine is unknown): every engine's, in registry order (SGLang's ``POST /flush_cache``, then vLLM's
+        ``POST /reset_prefix_cache``).  ``"flushed"`` on success of the first (a later one:
+        ``"flushed (<path>)"``), ``"unsupported (HTTP 404)"`` where the server has none (not an error:
+        llama.cpp has none), ``"refused (HTTP 400: ...)"`` when the server declines (SGLang while requests
+        run; vLLM ``success`` false), ``"failed: ..."`` on a transport error, ``"skipped (...)"`` for an
+        engine without a reset.
         """
-        url = base_url.rstrip("/") + "/flush_cache"
-        try:
-            r = await self._http(url).post(url, timeout=60.0)
-            if r.status_code == 405:  # older SGLang: GET only
-                r = await self._http(url).get(url, timeout=60.0)
-        except httpx.HTTPError as exc:
-            return f"failed: {type(exc).__name__}: {exc}"
-        if 200 <= r.status_code < 300:
-            return "flushed"
-        if r.status_code == 404:
-            return await self._reset_prefix_cache(base_url)
-        return f"refused (HTTP {r.status_code}: {r.text[:200]})"
+        if resets is None:
+            from pytest_sskj.engines import cache_resets
 
-    async def _reset_prefix_cache(self, base_url: str) -> str:
-        url = base_url.rstrip("/") + "/reset_prefix_cache"
+            resets = cache_resets()
+        if not resets:
+            return "skipped (the engine has no cache reset)"
+        for n, reset in enumerate(resets):
+            what = await self._reset(base_url, reset)
+            if what is not None:
+                return what if n == 0 or not what.startswith("flushed") else f"flushed ({reset.path})"
+        return "unsupported (HTTP 404)"
+
+    async def _reset(self, base_url: str, reset: CacheReset) -> str | None:
+        """One reset request; ``None`` when the server does not have it (404)."""
+        url = base_url.rstrip("/") + reset.path
         try:
-            r = await self._http(url).post(url, timeout=60.0)
+            r = await self._http(url).request(reset.method, url, timeout=60.0)
+            if r.status_code == 405 and reset.method_on_405:
+                r = await self._http(url).request(reset.method_on_405, url, timeout=60.0)
         except httpx.HTTPError as exc:
             return f"failed: {type(exc).__name__}: {exc}"
         if r.status_code == 404:
-            return "unsupported (HTTP 404)"
-        try:
-            ok = r.status_code == 200 and r.json().get("success") is True
-        except (ValueError, AttributeError):
-            ok = False
-        return "flushed (/reset_prefix_cache)" if ok else f"refused (HTTP {r.status_code}: {r.text[:200]})"
+            return None
+        ok = 200 <= r.status_code < 300
+        if ok and reset.success_key is not None:
+            try:
+                ok = r.json().get(reset.success_key) is True
+            except (ValueError, AttributeError):
+                ok = False
+        return "flushed" if ok else f"refused (HTTP {r.status_code}: {r.text[:200]})"
 
     # --- the timing loop -------------------------------------------------------------------------
     async def stream_request(self, base_url: str, endpoint: Endpoint, body: bytes, rec: RequestRecord) -> RequestRecord:
         """Send one streaming request and fill ``rec`` (stamps, token counts, server counts, errors)."""
         url = base_url.rstrip("/") + endpoint.path
         http = self._http(url)
-        decoder = endpoint.decoder()
         parser = SSEParser()
-        loads_many = endpoint.loads_many
-        read_info = getattr(endpoint, "read_info", None)
-        times = rec.chunk_times
-        toks = rec.chunk_tokens
-        t_done: float | None = None
         rec.t_send = perf_counter()
+        t_done: float | None = None
         try:
             async with http.stream("POST", url, content=body, headers=_HEADERS) as resp:
                 rec.http_status = resp.status_code
                 if resp.status_code != 200:
                     rec.set_error(f"HTTP {resp.status_code} from {endpoint.path}: {await _capped_body(resp)}")
                 else:
-                    encoded = "content-encoding" in resp.headers
-                    chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
-                    # the lean transport knows when each read arrived (the kernel's receive stamp): a read
-                    # the loop got to late keeps its arrival time; other transports: the time it is handed up
-                    stamps = None if encoded else resp.extensions.get("sskj_arrival")
-                    async for raw in chunks:
-                        now = stamps.arrival if stamps is not None else perf_counter()
-                        events = parser.feed(raw)
-                        if parser.invalid:
-                            rec.set_error(parser.invalid[0])
-                        datas = []
-                        for ev in events:
-                            data = ev[0]
-                            if data == DONE:
-                                if t_done is None:
-                                    t_done = now
-                            elif ev[1] == "error":
-                                rec.set_error(f"server error event: {data[:300]}")
-                            else:
-                                datas.append(data)
-                        if not datas:
-                            continue
-                        new = 0
-                        fast = read_info(datas, decoder) if read_info is not None else None
-                        if fast is not None:
-                            new = fast.tokens
-                            if fast.finish_reason is not None:
-                                rec.finish_reason = fast.finish_reason
-                            if fast.prompt_tokens is not None:
-                                rec.prompt_tokens = fast.prompt_tokens
-                            rec.completion_tokens = fast.completion_tokens
-                            datas = []
-                        for obj, data in zip(loads_many(datas) if datas else (), datas, strict=True):
-                            if obj.__class__ is BadFrame:
-                                rec.set_error(f"bad JSON frame: {data[:200]!r}")
-                                continue
-                            if not isinstance(obj, dict):
-                                rec.set_error(f"frame is not a JSON object: {data[:200]!r}")
-                                continue
-                            try:
-                                info = decoder.decode(obj)
-                            except (AttributeError, TypeError, KeyError, IndexError) as exc:
-                                rec.set_error(f"malformed {endpoint.name} frame ({exc!r}): {data[:200]!r}")
-                                continue
-                            if info.tokens:
-                                new += info.tokens
-                            if info.error is not None:
-                                rec.set_error(info.error)
-                            if info.finish_reason is not None:
-                                rec.finish_reason = info.finish_reason
-                            if info.prompt_tokens is not None:
-                                rec.prompt_tokens = info.prompt_tokens
-                            if info.completion_tokens is not None:
-                                rec.completion_tokens = info.completion_tokens
-                        if new:
-                            if rec.t_first is None:
-                                rec.t_first = now
-                            times.append(now)
-                            toks.append(new)
-                    rest = parser.close()
-                    if rest:
-                        rec.set_error(f"stream ended inside a frame (truncated): {len(rest)} bytes left, {rest[:80]!r}")
+                    t_done = await _read_stream(resp, endpoint, parser, rec)
         except httpx.HTTPError as exc:
             rec.set_error(f"{type(exc).__name__} on {endpoint.path}: {exc or 'no detail'}")
         except OSError as exc:
@@ -297,6 +242,87 @@ class BenchClient:
         rec.bytes_received = parser.bytes_fed
         rec.done_seen = parser.done
         return rec
+
+
+async def _read_stream(resp: httpx.Response, endpoint: Endpoint, parser: SSEParser, rec: RequestRecord) -> float | None:
+    """Read a 200 stream: every read's frames into ``rec``; returns when ``[DONE]`` arrived (``None``: never)."""
+    decoder = endpoint.decoder()
+    times, toks = rec.chunk_times, rec.chunk_tokens
+    t_done: float | None = None
+    encoded = "content-encoding" in resp.headers
+    chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
+    # the lean transport knows when each read arrived (the kernel's receive stamp): a read the loop got to
+    # late keeps its arrival time; other transports: the time it is handed up
+    stamps = None if encoded else resp.extensions.get("sskj_arrival")
+    async for raw in chunks:
+        now = stamps.arrival if stamps is not None else perf_counter()
+        events = parser.feed(raw)
+        if parser.invalid:
+            rec.set_error(parser.invalid[0])
+        datas, done = _split_events(events, rec)
+        if done and t_done is None:
+            t_done = now
+        new = _read_tokens(datas, endpoint, decoder, rec) if datas else 0
+        if new:
+            if rec.t_first is None:
+                rec.t_first = now
+            times.append(now)
+            toks.append(new)
+    rest = parser.close()
+    if rest:
+        rec.set_error(f"stream ended inside a frame (truncated): {len(rest)} bytes left, {rest[:80]!r}")
+    return t_done
+
+
+def _split_events(events: list[SSEEvent], rec: RequestRecord) -> tuple[list[str], bool]:
+    """One read's data frames, and whether it carried ``[DONE]``; a server ``error`` event fails ``rec``."""
+    datas: list[str] = []
+    done = False
+    for ev in events:
+        data = ev[0]
+        if data == DONE:
+            done = True
+        elif ev[1] == "error":
+            rec.set_error(f"server error event: {data[:300]}")
+        else:
+            datas.append(data)
+    return datas, done
+
+
+def _read_tokens(datas: list[str], endpoint: Endpoint, decoder: FrameDecoder, rec: RequestRecord) -> int:
+    """Tokens of one read's frames; server counts, finish reason and frame errors into ``rec``."""
+    fast = endpoint.read_info(datas, decoder)
+    if fast is not None:
+        _note(rec, fast)
+        rec.completion_tokens = fast.completion_tokens
+        return fast.tokens
+    new = 0
+    for obj, data in zip(endpoint.loads_many(datas), datas, strict=True):
+        if obj.__class__ is BadFrame:
+            rec.set_error(f"bad JSON frame: {data[:200]!r}")
+            continue
+        if not isinstance(obj, dict):
+            rec.set_error(f"frame is not a JSON object: {data[:200]!r}")
+            continue
+        try:
+            info = decoder.decode(obj)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            rec.set_error(f"malformed {endpoint.name} frame ({exc!r}): {data[:200]!r}")
+            continue
+        new += info.tokens or 0
+        if info.error is not None:
+            rec.set_error(info.error)
+        _note(rec, info)
+        if info.completion_tokens is not None:
+            rec.completion_tokens = info.completion_tokens
+    return new
+
+
+def _note(rec: RequestRecord, info: FrameInfo) -> None:
+    if info.finish_reason is not None:
+        rec.finish_reason = info.finish_reason
+    if info.prompt_tokens is not None:
+        rec.prompt_tokens = info.prompt_tokens
 
 
 async def _capped_body(resp: httpx.Response) -> str:

@@ -92,6 +92,10 @@ class Endpoint(Protocol):
         """Decode the frames of one read, in order; a frame that is not JSON becomes a :class:`BadFrame`."""
         ...
 
+    def read_info(self, datas: list[str], decoder: FrameDecoder) -> FrameInfo | None:
+        """One read's counts without decoding every frame, where the API allows it; ``None``: decode each."""
+        ...
+
 
 def frame_error(obj: Any) -> str | None:
     """The error a frame reports (``{"error": ...}`` or ``{"object": "error", ...}``), else None."""
@@ -353,6 +357,9 @@ class CompletionsEndpoint:
     def loads_many(self, datas: list[str]) -> list[Any]:
         return loads_batch(datas)
 
+    def read_info(self, datas: list[str], decoder: FrameDecoder) -> FrameInfo | None:
+        return None  # every frame carries text: decoded one by one
+
 
 def _openai_body(prompt: dict[str, Any], osl: int, *, model: str | None, ignore_eos: bool) -> dict[str, Any]:
     """The streaming OpenAI request body shared by completions and chat (usage requested in the stream)."""
@@ -392,6 +399,9 @@ class ChatEndpoint:
 
     def loads_many(self, datas: list[str]) -> list[Any]:
         return loads_batch(datas)
+
+    def read_info(self, datas: list[str], decoder: FrameDecoder) -> FrameInfo | None:
+        return None  # every frame carries text: decoded one by one
 
 
 class GenerateEndpoint:

@@ -57,6 +57,9 @@ __all__ = [
     "distribution",
     "e2e_ms",
     "itl_samples_ms",
+    "percentile_note",
+    "percentile_problems",
+    "requests_needed",
     "tpot_ms",
     "ttft_ms",
 ]
@@ -68,6 +71,59 @@ STATS = ("mean", "median", "std", "p90", "p95", "p99")
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 
 Metrics = dict[str, float | int | str | None]
+
+PERCENTILE_CONFIDENCE = 0.95
+"""The confidence at which a percentile gate must be supportable (:func:`requests_needed`)."""
+MAX_LIKE_BELOW = 100
+"""A p99 from fewer requests than this is, in effect, the maximum (numpy interpolates the top two)."""
+
+
+def _quantile_of(metric: str) -> float | None:
+    """0.99 for ``p99_ttft_ms``, 0.5 for ``median_*``; ``None`` for a metric that is not a percentile."""
+    head = metric.split("_", 1)[0]
+    if head == "median":
+        return 0.5
+    if head.startswith("p") and head[1:].isdigit():
+        return int(head[1:]) / 100.0
+    return None
+
+
+def requests_needed(q: float, confidence: float = PERCENTILE_CONFIDENCE) -> int:
+    """The fewest samples whose maximum is a distribution-free one-sided ``confidence`` upper bound of the
+    ``q`` quantile: ``1 - q**n >= confidence``, i.e. ``n >= ln(1 - confidence) / ln(q)`` (p95: 59, p99: 299)."""
+    import math
+
+    return max(1, math.ceil(math.log(1.0 - confidence) / math.log(q) - 1e-12))
+
+
+def percentile_note(metric: str, n: int | None) -> str:
+    """``p99 of 40 requests (< 100: in effect the max)``; ``""`` for a metric that is not a percentile."""
+    q = _quantile_of(metric)
+    if q is None or n is None:
+        return ""
+    stat = metric.split("_", 1)[0]
+    if q >= 0.99 and n < MAX_LIKE_BELOW:
+        return f"{stat} of {n} requests (< {MAX_LIKE_BELOW}: in effect the max)"
+    return f"{stat} of {n} requests"
+
+
+def percentile_problems(gates: Iterable[object], requests: int, confidence: float = PERCENTILE_CONFIDENCE) -> list[str]:
+    """Why a percentile SLO gate cannot be supported by ``requests`` per point at ``confidence``, with the
+    number of requests it would need (``[]``: every gate is supportable)."""
+    out = []
+    for g in gates:
+        metric = str(getattr(g, "metric", ""))
+        q = _quantile_of(metric)
+        if q is None or q <= 0.5:
+            continue
+        need = requests_needed(q, confidence)
+        if requests < need:
+            out.append(
+                f"SLO gate {metric}: {requests} requests per point cannot support a {metric.split('_', 1)[0]} at "
+                f"{confidence:.0%} confidence (the max of n requests bounds it only from n = {need}); "
+                f"use --requests {need} or more"
+            )
+    return out
 
 
 def ttft_ms(rec: RequestRecord) -> float | None:

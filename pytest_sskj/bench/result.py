@@ -5,23 +5,80 @@ A :class:`BenchResult` carries the run-level metrics (names and definitions in
 verdict with its evidence, and ``.ok`` (every measured request passed the strict oracle).
 :class:`RepeatsResult` holds the per-repeat results and, for every numeric metric, the median across
 repeats with its spread (min, max and ``(max - min) / median`` in percent).
+
+The seam the acceptance runner builds against is declared here: :class:`BenchOutcome` (everything a
+caller reads of a repeat's result) and :class:`BenchFn` (the signature of ``run_bench``).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_sskj.bench.metrics import e2e_ms, itl_samples_ms, tpot_ms, ttft_ms
 from pytest_sskj.bench.records import RequestRecord
 from pytest_sskj.bench.workload import Workload
 
-__all__ = ["BenchResult", "RepeatsResult"]
+if TYPE_CHECKING:
+    from pytest_sskj.bench.client import BenchTimeouts
+    from pytest_sskj.engines.base import CacheReset
+
+__all__ = ["BenchFn", "BenchOutcome", "BenchResult", "MetricValue", "RepeatsResult"]
 
 MetricValue = float | int | str | None
+
+
+class BenchOutcome(Protocol):
+    """What callers read of one repeat's result (:class:`BenchResult` implements it)."""
+
+    @property
+    def metrics(self) -> Mapping[str, MetricValue]:
+        """Run-level metrics by their ``pytest_sskj.vocabulary`` names (``None`` where undefined)."""
+        ...
+
+    @property
+    def failures(self) -> list[str]:
+        """``"request #i: reason"`` for every measured request that failed the strict oracle."""
+        ...
+
+    @property
+    def ok(self) -> bool:
+        """Every measured request passed the strict oracle."""
+        ...
+
+    @property
+    def client_bound(self) -> bool:
+        """The client, not the server, limited the measurement (evidence in ``client_evidence``)."""
+        ...
+
+    @property
+    def stalled(self) -> str | None:
+        """Why the run stopped early because the server hung, else ``None``."""
+        ...
+
+    def samples(self, name: str) -> list[float]:
+        """Per-request samples in ms of ``ttft``, ``tpot``, ``e2e_latency`` (or pooled ``itl``)."""
+        ...
+
+
+class BenchFn(Protocol):
+    """The bench entry point (``pytest_sskj.bench.run_bench``, the ``run_bench`` fixture)."""
+
+    def __call__(
+        self,
+        urls: Sequence[str],
+        workload: Workload,
+        out_dir: Path,
+        *,
+        repeat: int = 0,
+        label: str = "",
+        progress: Callable[[int, int], None] | None = None,
+        timeouts: BenchTimeouts | None = None,
+        cache_reset: Sequence[CacheReset] | None = None,
+    ) -> BenchOutcome: ...
 
 
 @dataclass

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_sskj.bench.client import BenchClient, BenchTimeouts
 from pytest_sskj.bench.endpoints import Endpoint, get_endpoint
@@ -31,6 +32,9 @@ from pytest_sskj.bench.result import BenchResult, RepeatsResult
 from pytest_sskj.bench.saturation import SaturationMonitor, SaturationThresholds
 from pytest_sskj.bench.workload import PlannedRequest, Workload, plan_requests
 from pytest_sskj.rundir import atomic_write_text
+
+if TYPE_CHECKING:
+    from pytest_sskj.engines.base import CacheReset
 
 __all__ = ["REQUESTS_FILE", "arun_bench", "run_bench", "run_repeats"]
 
@@ -241,6 +245,7 @@ async def arun_bench(
     label: str = "",
     progress: Progress | None = None,
     flush_cache: bool = True,
+    cache_reset: Sequence[CacheReset] | None = None,
     client: BenchClient | None = None,
     timeouts: BenchTimeouts | None = None,
     thresholds: SaturationThresholds | None = None,
@@ -265,7 +270,9 @@ async def arun_bench(
         flushes = {}
         for u in url_list:
             if flush_cache and not hung:
-                flushes[u] = await _bounded(client.flush_cache(u), client, "POST /flush_cache", hung) or "no answer"
+                flushes[u] = (
+                    await _bounded(client.flush_cache(u, cache_reset), client, "cache reset", hung) or "no answer"
+                )
             else:
                 flushes[u] = "skipped"
         sink = stack.enter_context(RecordSink(out_dir / REQUESTS_FILE))
@@ -287,7 +294,9 @@ async def arun_bench(
             gc.unfreeze()
     metrics = compute_metrics(records, max_concurrency=workload.concurrency)
     client_bound, evidence = monitor.verdict(
-        ttft_p50_ms=_num(metrics.get("median_ttft_ms")), e2e_p50_ms=_num(metrics.get("median_e2e_latency_ms"))
+        ttft_p50_ms=_num(metrics.get("median_ttft_ms")),
+        e2e_p50_ms=_num(metrics.get("median_e2e_latency_ms")),
+        concurrency=workload.concurrency,
     )
     metrics.update(
         {
@@ -299,6 +308,7 @@ async def arun_bench(
             "request_rate": None if workload.request_rate == float("inf") else workload.request_rate,
             "client_bound": client_bound,
             "client_bound_reasons": "; ".join(evidence["reasons"]) or None,
+            "client_bound_advice": evidence["advice"],
             "event_loop_lag_p90_ms": evidence["loop_lag_p90_ms"],
             "event_loop_lag_p99_ms": evidence["loop_lag_p99_ms"],
             "dispatch_lag_p99_ms": evidence["dispatch_lag_p99_ms"],
@@ -332,7 +342,7 @@ def _write_result(result: BenchResult) -> None:
         "label": result.label,
         "repeat": result.repeat,
         "urls": result.urls,
-        "workload": {k: getattr(result.workload, k) for k in result.workload.__dataclass_fields__},
+        "workload": dataclasses.asdict(result.workload),
         "metrics": result.metrics,
         "failures": result.failures,
         "client_bound": result.client_bound,
@@ -356,6 +366,7 @@ def run_bench(
     label: str = "",
     progress: Progress | None = None,
     flush_cache: bool = True,
+    cache_reset: Sequence[CacheReset] | None = None,
     timeouts: BenchTimeouts | None = None,
     thresholds: SaturationThresholds | None = None,
 ) -> BenchResult:
@@ -375,6 +386,7 @@ def run_bench(
             label=label,
             progress=progress,
             flush_cache=flush_cache,
+            cache_reset=cache_reset,
             timeouts=timeouts,
             thresholds=thresholds,
         )
@@ -390,6 +402,7 @@ def run_repeats(
     label: str = "",
     progress: Callable[[int, int, int, int], None] | None = None,
     flush_cache: bool = True,
+    cache_reset: Sequence[CacheReset] | None = None,
     timeouts: BenchTimeouts | None = None,
 ) -> RepeatsResult:
     """``repeats`` repeats of ``workload`` (fresh prompt ids each, cache flushed before each where offered).
@@ -405,7 +418,15 @@ def run_repeats(
             cb = _bind_repeat(progress, r, repeats)
         results.append(
             run_bench(
-                urls, workload, out_dir, repeat=r, label=label, progress=cb, flush_cache=flush_cache, timeouts=timeouts
+                urls,
+                workload,
+                out_dir,
+                repeat=r,
+                label=label,
+                progress=cb,
+                flush_cache=flush_cache,
+                cache_reset=cache_reset,
+                timeouts=timeouts,
             )
         )
     return RepeatsResult(results)

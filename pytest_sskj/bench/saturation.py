@@ -50,6 +50,14 @@ class SaturationThresholds:
     lag_quantile: float = 90.0
     latency_share: float = 0.05
     """Share of the median TTFT (loop lag) / median E2E (dispatch lag) a lag may reach."""
+    stall_ms: float = 50.0
+    """The longest single event-loop stall always tolerated (a quantile hides one long stall: a p90 of
+    a few ms sat over a 451 ms stall that shifted every timestamp of the requests then in flight)."""
+    stall_share: float = 0.25
+    """Share of the median E2E the longest stall may reach."""
+    busy_share: float = 0.5
+    """Client CPU share above which a lagging client is *saturated* (its own work), below which it is
+    *starved* (its core was taken by another process: on one box, usually the server)."""
 
 
 def _p(values: list[float], q: float) -> float | None:
@@ -105,9 +113,14 @@ class SaturationMonitor:
             self._task = None
 
     def verdict(
-        self, *, ttft_p50_ms: float | None = None, e2e_p50_ms: float | None = None
+        self, *, ttft_p50_ms: float | None = None, e2e_p50_ms: float | None = None, concurrency: int | None = None
     ) -> tuple[bool, dict[str, Any]]:
-        """``(client_bound, evidence)``; the medians scale the lag allowances (absolute floors without them)."""
+        """``(client_bound, evidence)``; the medians scale the lag allowances (absolute floors without them).
+
+        ``evidence["kind"]`` is ``saturated`` (the client's own thread was busy), ``starved`` (it lagged
+        while mostly idle: another process had its core) or ``lagging`` (the phase was too short to tell),
+        and ``evidence["advice"]`` fits the kind and the ``concurrency`` (at C=1 lowering the concurrency
+        cannot help)."""
         th = self.thresholds
         q = th.lag_quantile
         loop_q = _p(self.loop_lags_ms, q)
@@ -115,13 +128,18 @@ class SaturationMonitor:
         loop_allow = max(th.loop_lag_ms, th.latency_share * (ttft_p50_ms or 0.0))
         disp_allow = max(th.dispatch_lag_ms, th.latency_share * (e2e_p50_ms or 0.0))
         cpu_share = self._cpu / self._wall if self._wall >= self.min_cpu_window_s else None
+        stall = max(self.loop_lags_ms) if self.loop_lags_ms else None
+        stall_allow = max(th.stall_ms, th.stall_share * (e2e_p50_ms or 0.0))
         reasons = []
         if loop_q is not None and loop_q > loop_allow:
             reasons.append(f"event-loop lag p{q:g} {loop_q:.2f} ms > {loop_allow:.2f} ms allowed")
         if disp_q is not None and disp_q > disp_allow:
             reasons.append(f"dispatch lag p{q:g} {disp_q:.2f} ms > {disp_allow:.2f} ms allowed")
+        if stall is not None and stall > stall_allow:
+            reasons.append(f"longest event-loop stall {stall:.2f} ms > {stall_allow:.2f} ms allowed")
         if cpu_share is not None and cpu_share > th.cpu_share:
             reasons.append(f"client CPU {cpu_share:.2f} of a core > {th.cpu_share}")
+        kind, advice = _diagnosis(bool(reasons), cpu_share, th, concurrency)
         evidence: dict[str, Any] = {
             "loop_lag_p50_ms": _p(self.loop_lags_ms, 50),
             "loop_lag_p90_ms": _p(self.loop_lags_ms, 90),
@@ -132,7 +150,12 @@ class SaturationMonitor:
             "dispatch_lag_p99_ms": _p(self.dispatch_lags_ms, 99),
             "dispatch_lag_max_ms": max(self.dispatch_lags_ms) if self.dispatch_lags_ms else None,
             "client_cpu_share": cpu_share,
-            "allowed": {"loop_lag_ms": loop_allow, "dispatch_lag_ms": disp_allow, "lag_quantile": q},
+            "allowed": {
+                "loop_lag_ms": loop_allow,
+                "dispatch_lag_ms": disp_allow,
+                "lag_quantile": q,
+                "stall_ms": stall_allow,
+            },
             "thresholds": {
                 "loop_lag_ms": th.loop_lag_ms,
                 "dispatch_lag_ms": th.dispatch_lag_ms,
@@ -140,5 +163,37 @@ class SaturationMonitor:
                 "latency_share": th.latency_share,
             },
             "reasons": reasons,
+            "kind": kind,
+            "advice": advice,
         }
         return bool(reasons), evidence
+
+
+def _diagnosis(
+    bound: bool, cpu_share: float | None, th: SaturationThresholds, concurrency: int | None
+) -> tuple[str | None, str | None]:
+    """``(kind, advice)`` of a client-bound verdict (``(None, None)`` when the client was not the limit)."""
+    if not bound:
+        return None, None
+    if cpu_share is not None and cpu_share >= th.busy_share:
+        if concurrency is not None and concurrency <= 1:
+            return "saturated", "the client's own work is the limit even at C=1: run it on a faster machine"
+        return (
+            "saturated",
+            "the client's own work is the limit: lower --concurrency or run the client on a faster machine",
+        )
+    if cpu_share is None:  # the phase was too short to measure the client's CPU share
+        where = "the server may share the client's cores" if concurrency is not None and concurrency <= 2 else ""
+        return "lagging", (
+            f"the client lagged ({where + '; ' if where else ''}its CPU share was not measured: the phase was "
+            "too short); run the client on a less loaded machine, or the server on other cores"
+        )
+    if concurrency is not None and concurrency <= 2:
+        return "starved", (
+            f"the client was starved (its thread used {cpu_share:.2f} of a core while it lagged): the server "
+            "shares the client's cores; run the server on other cores or the client on another machine"
+        )
+    return "starved", (
+        f"the client was starved (its thread used {cpu_share:.2f} of a core while it lagged): another process "
+        "-- on one box usually the server -- shares the client's cores; run the client on a less loaded machine"
+    )

@@ -424,10 +424,24 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._idle.clear()
 
 
+def _literal_address(key: tuple[str, int]) -> list[tuple[Any, Any, int, str, Any]] | None:
+    """A literal IPv4/IPv6 host needs no resolver (``getaddrinfo`` in the executor cost 0.27-0.54 ms
+    inside TTFT): its one address, or ``None`` for a host name."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(key[0].strip("[]"))
+    except ValueError:
+        return None
+    if ip.version == 4:
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (str(ip), key[1]))]
+    return [(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (str(ip), key[1], 0, 0))]
+
+
 async def _dial(loop: asyncio.AbstractEventLoop, key: tuple[str, int]) -> socket.socket:
     """A connected non-blocking TCP socket to ``key`` (every resolved address in turn, like
     ``loop.create_connection``), with Nagle off."""
-    infos = await loop.getaddrinfo(key[0], key[1], type=socket.SOCK_STREAM)
+    infos = _literal_address(key) or await loop.getaddrinfo(key[0], key[1], type=socket.SOCK_STREAM)
     errors: list[OSError] = []
     for family, kind, proto, _, addr in infos:
         sock = socket.socket(family, kind, proto)

@@ -16,7 +16,8 @@ import pytest
 
 from pytest_sskj.deploy.topology import Group, Topology
 from pytest_sskj.engines import get_engine, node_commands, router_argv
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.nodes import node_url
+from pytest_sskj.server.spec import NodeCommand, ServerSpec, SpecOverride, spec_from_settings
 from pytest_sskj.settings import Settings
 
 __all__ = ["deployment_plan_lines", "group_spec", "launch_order", "router_command"]
@@ -44,29 +45,26 @@ def group_spec(settings: Settings, topo: Topology, group: Group) -> ServerSpec:
         ib_device=topo.ib_device,
         page_size=topo.page_size,
     )
-    return ServerSpec(
-        engine=s.engine,
+    return spec_from_settings(
+        s,
         backend=group.backend or _engine_backend(s.engine),
-        model_path=s.model_path,
-        nodes=group.nodes,
-        tp=group.tp,
-        ep=group.ep,
-        dp=group.dp,
-        pp=group.pp,
         chunk=group.chunk,
-        port=s.port,
-        dist_init_port=s.dist_init_port,
-        placement=group.placement,
-        extra_args=(*s.server_args, *pd, *group.server_args),
-        env=(*s.env, *group.env),
-        python=s.python,
-        labels=(("group", group.name), ("role", group.role)),
+        override=SpecOverride(
+            nodes=group.nodes,
+            tp=group.tp,
+            ep=group.ep,
+            dp=group.dp,
+            pp=group.pp,
+            placement=group.placement,
+            server_args=(*pd, *group.server_args),
+            env=group.env,
+            labels=(("group", group.name), ("role", group.role)),
+        ),
     )
 
 
 def _url(node: str, port: int) -> str:
-    host = "127.0.0.1" if node in ("local", "localhost") else node
-    return f"http://{host}:{port}"
+    return node_url(node, port)
 
 
 def router_command(settings: Settings, topo: Topology, urls: dict[str, Sequence[str]] | None = None) -> NodeCommand:

@@ -88,7 +88,9 @@ def get_deployment_pool(config: pytest.Config) -> DeploymentPool:
             prelaunch=server_prelaunch(config),
         )
 
-    local = topo.router is None or topo.router.node in ("local", "localhost", "127.0.0.1")
+    from pytest_sskj.nodes import is_local_node
+
+    local = topo.router is None or is_local_node(topo.router.node)
     router_launcher = LocalLauncher() if local else _launcher_factory(settings, f"router{tag}")()
     pool = DeploymentPool(
         settings, make_pool=make_pool, router_launcher=router_launcher, log_dir=settings.run_dir / "logs"

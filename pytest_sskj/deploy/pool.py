@@ -22,6 +22,7 @@ from typing import Any
 from pytest_sskj.deploy.deployment import group_spec, launch_order, router_command
 from pytest_sskj.deploy.topology import Group, Topology
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerLaunchError
+from pytest_sskj.nodes import node_url
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.pool import CloseReport, RunningServer, ServerPool, free_port
@@ -35,25 +36,39 @@ __all__ = ["DeploymentPool", "RunningDeployment", "pd_problems"]
 def pd_problems(topo: Topology, infos: dict[str, dict[str, Any] | None]) -> list[str]:
     """What the groups' ``/server_info`` says against the PD contract: each group's disaggregation mode is its
     role, one page size, the transfer backend."""
-    out = []
+    known = {name: info for name, info in infos.items() if info}
+    return [*_mode_problems(topo, known), *_page_problems(topo, known), *_transfer_problems(topo, known)]
+
+
+def _mode_problems(topo: Topology, infos: dict[str, dict[str, Any]]) -> list[str]:
     roles = {g.name: g.role for g in topo.groups}
-    for name, info in infos.items():
-        mode = (info or {}).get("disaggregation_mode")
-        if info and mode is not None and name in roles and mode != roles[name]:
-            out.append(f"group {name} ({roles[name]}) runs disaggregation_mode={mode!r}, expected {roles[name]!r}")
-    pages = {name: info.get("page_size") for name, info in infos.items() if info and "page_size" in info}
+    return [
+        f"group {name} ({roles[name]}) runs disaggregation_mode={mode!r}, expected {roles[name]!r}"
+        for name, info in infos.items()
+        if (mode := info.get("disaggregation_mode")) is not None and name in roles and mode != roles[name]
+    ]
+
+
+def _page_problems(topo: Topology, infos: dict[str, dict[str, Any]]) -> list[str]:
+    out = []
+    pages = {name: info.get("page_size") for name, info in infos.items() if "page_size" in info}
     if len(set(map(str, pages.values()))) > 1:
         out.append("page_size differs between groups: " + ", ".join(f"{k}={v}" for k, v in pages.items()))
     if topo.page_size is not None:
         out += [
             f"group {k} runs page_size={v}, declared {topo.page_size}" for k, v in pages.items() if v != topo.page_size
         ]
-    if topo.transfer_backend is not None:
-        for name, info in infos.items():
-            got = (info or {}).get("disaggregation_transfer_backend")
-            if info and got is not None and got != topo.transfer_backend:
-                out.append(f"group {name} uses transfer backend {got!r}, declared {topo.transfer_backend!r}")
     return out
+
+
+def _transfer_problems(topo: Topology, infos: dict[str, dict[str, Any]]) -> list[str]:
+    if topo.transfer_backend is None:
+        return []
+    return [
+        f"group {name} uses transfer backend {got!r}, declared {topo.transfer_backend!r}"
+        for name, info in infos.items()
+        if (got := info.get("disaggregation_transfer_backend")) is not None and got != topo.transfer_backend
+    ]
 
 
 @dataclass(repr=False)
@@ -214,11 +229,10 @@ class DeploymentPool:
         log = self.log_dir / cmd.node / f"router-{int(time.time())}.log"
         self.router = self.router_launcher.start(cmd, log)
         oracle = LogOracle(self.settings.engine)  # the shared generic signatures plus the groups engine's
-        oracle.add(self.router.log_path, cmd.node, 0, offset=int(getattr(self.router, "log_offset", 0)))
+        oracle.add(self.router.log_path, cmd.node, 0, offset=self.router.log_offset)
         dep.router, dep.router_oracle = self.router, oracle
         dep.commands.append(cmd)
-        host = "127.0.0.1" if cmd.node in ("local", "localhost") else cmd.node
-        url = f"http://{host}:{port}"
+        url = node_url(cmd.node, port)
         _wait_router(url, self.router, self.router_timeout_s)
         dep.urls = [url]
 

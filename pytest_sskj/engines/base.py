@@ -10,7 +10,10 @@ that interface:
   variant of the embedded engine);
 * :class:`Signature` / :class:`LogRules` -- the engine's fatal/benign log lines and healthy-start markers;
 * :class:`VersionFacts` -- which distributions and modules carry the engine's version;
-* :class:`CacheReset` -- how a server's cache is reset between repeats.
+* :class:`CacheReset` -- how a server's cache is reset between repeats;
+* :class:`EngineDefaults` -- the engine's default settings, a typed record: every required field must be
+  given (a missing one is a ``TypeError`` when the engine module is imported, i.e. at registration), and
+  :meth:`Engine.check_declaration` (run by the registry) checks it against the engine's endpoints and backends.
 
 Adding an engine = one module with one :class:`Engine` subclass, its tests, and a row in the registry.
 """
@@ -19,12 +22,12 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -35,6 +38,7 @@ __all__ = [
     "BackendSwitch",
     "CacheReset",
     "Engine",
+    "EngineDefaults",
     "LogRules",
     "RestartCost",
     "Signature",
@@ -119,10 +123,73 @@ class VersionFacts:
 
 @dataclass(frozen=True)
 class CacheReset:
-    """How a server's cache is reset before a repeat (``None`` on the engine: it has no reset)."""
+    """How a server's cache is reset before a repeat (``None`` on the engine: it has no reset).
+
+    The bench (``bench/client.py: BenchClient.flush_cache``) sends ``method path``; a 2xx answer is a reset,
+    unless ``success_key`` names a JSON field that must be ``true``; a 405 is retried with
+    ``method_on_405`` (older SGLang served ``GET /flush_cache`` only); a 404 means the server lacks it."""
 
     method: str
     path: str
+    success_key: str | None = None
+    method_on_405: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineDefaults(Mapping[str, Any]):
+    """An engine's default settings: the step of the precedence chain below the profile.
+
+    The required fields are what every run needs (the shape, the matrix, the endpoint, the port and the
+    start-up / stall bounds: ``health_timeout_s`` is never silently defaulted); the optional ones default
+    to ``None``, meaning "no engine default" (the option's own default applies).  As a read-only mapping it
+    holds exactly the fields that are set, keyed by the option's ``dest``.
+    """
+
+    backends: tuple[str, ...]
+    chunks: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    isl: int
+    osl: int
+    requests: int
+    repeats: int
+    endpoint: str
+    health_timeout_s: float
+    stall_timeout_s: float
+    port: int
+    compare_expect: str | None = None
+    slo: Any = None
+    """A parsed SLO (``slo.parse_slo``), or ``None``."""
+    search: str | None = None
+    search_max: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = [f"{k}={v!r}" for k, v in vars(self).items() if k in _POSITIVE and not _positive(v)]
+        if not self.backends or not self.chunks or not self.concurrencies:
+            problems.append("backends, chunks and concurrencies must not be empty")
+        if problems:
+            raise ValueError(f"engine defaults: {', '.join(problems)} (sizes, counts and timeouts must be > 0)")
+
+    def _set(self) -> dict[str, Any]:
+        return {f.name: v for f in fields(self) if (v := vars(self)[f.name]) is not None}
+
+    def __getitem__(self, key: str) -> Any:
+        found = self._set()
+        if key not in found:
+            raise KeyError(key)
+        return found[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._set())
+
+    def __len__(self) -> int:
+        return len(self._set())
+
+
+_POSITIVE = ("isl", "osl", "requests", "repeats", "health_timeout_s", "stall_timeout_s")
+
+
+def _positive(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
 
 def host_of(spec: ServerSpec, rank: int) -> str:
@@ -138,8 +205,8 @@ class Engine(ABC):
     backends: ClassVar[tuple[str, ...]]
     """Backend names the engine accepts (``--backend`` is checked against these at parse time)."""
     backend_switch: ClassVar[BackendSwitch]
-    defaults: ClassVar[Mapping[str, Any]]
-    """Default settings (shape, matrix, endpoint, port): the last step of the precedence chain."""
+    defaults: ClassVar[EngineDefaults]
+    """Default settings (shape, matrix, endpoint, port, start-up and stall bounds), a typed record."""
     endpoints: ClassVar[tuple[str, ...]]
     """Bench endpoints the engine serves (``--sskj-endpoint`` values that make sense for it)."""
     health_path: ClassVar[str]
@@ -169,6 +236,36 @@ class Engine(ABC):
     """Whether healthy-start markers not seen at health time are noted on the server."""
     config_facts: ClassVar[tuple[str, ...]] = ()
     """Keys of the effective config recorded in the manifest's engine facts."""
+
+    _REQUIRED: ClassVar[tuple[str, ...]] = (
+        "name",
+        "description",
+        "backends",
+        "backend_switch",
+        "defaults",
+        "endpoints",
+        "health_path",
+        "logs",
+        "versions",
+        "token_ids",
+    )
+
+    @classmethod
+    def check_declaration(cls) -> None:
+        """Registration-time checks (the registry runs them): a concrete engine declares every required
+        attribute, typed defaults whose endpoint it serves and whose backends it accepts; raises ``TypeError``."""
+        declared = {a for k in cls.__mro__ for a in vars(k)}
+        missing = [a for a in cls._REQUIRED if a not in declared]
+        if missing:
+            raise TypeError(f"engine {cls.__name__} does not declare {', '.join(missing)} (engines/base.py: Engine)")
+        d = cls.defaults
+        if not isinstance(d, EngineDefaults):
+            raise TypeError(f"engine {cls.name}: defaults must be an EngineDefaults record, not {type(d).__name__}")
+        if d.endpoint not in cls.endpoints:
+            raise TypeError(f"engine {cls.name}: default endpoint {d.endpoint!r} is not one of {cls.endpoints}")
+        unknown = [b for b in d.backends if b not in cls.backends]
+        if unknown:
+            raise TypeError(f"engine {cls.name}: default backends {unknown} are not in its backends {cls.backends}")
 
     # -- commands and resources ----------------------------------------------------------------------
     @abstractmethod

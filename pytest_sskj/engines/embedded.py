@@ -15,10 +15,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.engines.base import BackendSwitch, Engine, LogRules, VersionFacts, host_of, sig
+from pytest_sskj.engines.base import BackendSwitch, Engine, EngineDefaults, LogRules, VersionFacts, host_of, sig
 from pytest_sskj.server.embedded import MODEL_FORMATS, ensure_tiny_model, serve_argv
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.slo import parse_slo
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -62,32 +62,30 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType(
 
 _MODEL_FORMATS = MODEL_FORMATS
 
-_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {
-        # The default A/B has a real, machine-independent winner (see VARIANTS): `parallel` must beat the
-        # `microbatch` baseline, enforced.  (`serial` vs `parallel` is a trade-off -- more input throughput,
-        # worse TTFT P50 -- so it makes no enforceable default.)  The SLO is CPU-scale (the users' 3 s / 50 ms
-        # is a GPU SLO).
-        "backends": ("microbatch", "parallel"),
-        "compare_expect": "better",
-        "slo": parse_slo("p95_ttft_ms<30000,p95_tpot_ms<2000"),
-        # two chunk sizes and a doubling concurrency search, so that the default run exercises the chunk
-        # curve and the adaptive search on the real engine too (it stays well under 2 min)
-        "chunks": (256, 512),
-        "search": "double",
-        "search_max": 32,
-        # C=16 on 8 slots: requests queue for a slot, so TTFT (what the client's timing error is judged
-        # against) is large enough that a loaded 2-core box does not make the point client-bound
-        "concurrencies": (16,),
-        "isl": 512,
-        "osl": 16,
-        "requests": 40,
-        "repeats": 3,
-        "endpoint": "completions",
-        "health_timeout_s": 60.0,
-        "stall_timeout_s": 30.0,  # = the CPU SLO's TTFT bound: a hang is told within 60 s
-        "port": 0,
-    }
+_DEFAULTS = EngineDefaults(
+    # The default A/B has a real, machine-independent winner (see VARIANTS): `parallel` must beat the
+    # `microbatch` baseline, enforced.  (`serial` vs `parallel` is a trade-off -- more input throughput,
+    # worse TTFT P50 -- so it makes no enforceable default.)  The SLO is CPU-scale (the users' 3 s / 50 ms
+    # is a GPU SLO).
+    backends=("microbatch", "parallel"),
+    compare_expect="better",
+    slo=parse_slo("p95_ttft_ms<30000,p95_tpot_ms<2000"),
+    # two chunk sizes and a doubling concurrency search, so that the default run exercises the chunk
+    # curve and the adaptive search on the real engine too (it stays well under 2 min)
+    chunks=(256, 512),
+    search="double",
+    search_max=32,
+    # C=16 on 8 slots: requests queue for a slot, so TTFT (what the client's timing error is judged
+    # against) is large enough that a loaded 2-core box does not make the point client-bound
+    concurrencies=(16,),
+    isl=512,
+    osl=16,
+    requests=40,
+    repeats=3,
+    endpoint="completions",
+    health_timeout_s=60.0,
+    stall_timeout_s=30.0,  # = the CPU SLO's TTFT bound: a hang is told within 60 s
+    port=0,
 )
 
 _LOGS = LogRules(

@@ -9,17 +9,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from pytest_sskj.engines.base import Engine
+from pytest_sskj.engines.base import CacheReset, Engine
 from pytest_sskj.engines.embedded import EmbeddedEngine
 from pytest_sskj.engines.sglang import SGLangEngine
 from pytest_sskj.engines.sglang import router_argv as router_argv
 from pytest_sskj.engines.vllm import VllmEngine
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "ENGINE_NAMES", "UnknownEngine", "get_engine", "node_commands", "router_argv"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "ENGINE_NAMES",
+    "UnknownEngine",
+    "cache_resets",
+    "get_engine",
+    "node_commands",
+    "router_argv",
+]
 """``router_argv``: a deployment's router is SGLang's ``sglang_router`` whatever engine its groups run."""
 
-ENGINES: Mapping[str, Engine] = MappingProxyType({e.name: e for e in (EmbeddedEngine(), SGLangEngine(), VllmEngine())})
+
+def register(*engines: type[Engine]) -> Mapping[str, Engine]:
+    """Check every engine's declaration (:meth:`Engine.check_declaration`) and instantiate it, by name."""
+    for cls in engines:
+        cls.check_declaration()
+    return MappingProxyType({cls.name: cls() for cls in engines})
+
+
+ENGINES: Mapping[str, Engine] = register(EmbeddedEngine, SGLangEngine, VllmEngine)
 """Every engine by name, in ``--engine`` choice order."""
 
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
@@ -30,6 +47,17 @@ DEFAULT_ENGINE: str = EmbeddedEngine.name
 
 class UnknownEngine(ValueError):
     """An engine name the registry does not know."""
+
+
+def cache_resets(name: str | None = None) -> tuple[CacheReset, ...]:
+    """The cache reset of engine ``name`` (empty: it has none); ``None``: every engine's, in registry order
+    (for a server whose engine the caller does not know)."""
+    engines = [get_engine(name)] if name is not None else list(ENGINES.values())
+    out: list[CacheReset] = []
+    for e in engines:
+        if e.cache_reset is not None and e.cache_reset not in out:
+            out.append(e.cache_reset)
+    return tuple(out)
 
 
 def get_engine(name: str) -> Engine:

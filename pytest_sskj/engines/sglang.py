@@ -11,11 +11,19 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.engines.base import BackendSwitch, CacheReset, Engine, LogRules, VersionFacts, host_of, sig
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.engines.base import (
+    BackendSwitch,
+    CacheReset,
+    Engine,
+    EngineDefaults,
+    LogRules,
+    VersionFacts,
+    host_of,
+    sig,
+)
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -66,20 +74,18 @@ PINNED_VERSION = "0.5.23"
 
 SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
-_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {
-        "backends": ("marlin", "flashinfer_mxfp4"),
-        "chunks": (4096, 8192, 16384),
-        "concurrencies": (8, 16),
-        "isl": 16384,
-        "osl": 1,
-        "requests": 40,
-        "repeats": 3,
-        "endpoint": "generate",
-        "health_timeout_s": 1800.0,
-        "stall_timeout_s": 600.0,
-        "port": DEFAULT_PORT,
-    }
+_DEFAULTS = EngineDefaults(
+    backends=("marlin", "flashinfer_mxfp4"),
+    chunks=(4096, 8192, 16384),
+    concurrencies=(8, 16),
+    isl=16384,
+    osl=1,
+    requests=40,
+    repeats=3,
+    endpoint="generate",
+    health_timeout_s=1800.0,
+    stall_timeout_s=600.0,
+    port=DEFAULT_PORT,
 )
 
 _MANAGERS = (
@@ -380,7 +386,7 @@ class SGLangEngine(Engine):
     versions = VersionFacts(
         distributions=("sglang",), modules=("sglang", "flashinfer", "torch"), checked=PINNED_VERSION
     )
-    cache_reset = CacheReset("POST", "/flush_cache")
+    cache_reset = CacheReset("POST", "/flush_cache", method_on_405="GET")
     restart_cost = "expensive"
     point_budget_s = 900.0
     token_ids = "sglang-generate"  # noqa: S105 - a dialect name: native POST /generate, output_ids

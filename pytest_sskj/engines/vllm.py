@@ -41,11 +41,19 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from importlib import metadata
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.engines.base import BackendSwitch, CacheReset, Engine, LogRules, VersionFacts, host_of, sig
-from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.engines.base import (
+    BackendSwitch,
+    CacheReset,
+    Engine,
+    EngineDefaults,
+    LogRules,
+    VersionFacts,
+    host_of,
+    sig,
+)
+from pytest_sskj.spec import NodeCommand, ServerSpec
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -95,20 +103,18 @@ MOE_BACKENDS = (
     "triton_unfused",
 )
 
-_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {
-        "backends": ("auto",),
-        "chunks": (8192,),
-        "concurrencies": (8, 16),
-        "isl": 16384,
-        "osl": 1,
-        "requests": 40,
-        "repeats": 3,
-        "endpoint": "completions",
-        "health_timeout_s": 1800.0,
-        "stall_timeout_s": 600.0,
-        "port": DEFAULT_PORT,
-    }
+_DEFAULTS = EngineDefaults(
+    backends=("auto",),
+    chunks=(8192,),
+    concurrencies=(8, 16),
+    isl=16384,
+    osl=1,
+    requests=40,
+    repeats=3,
+    endpoint="completions",
+    health_timeout_s=1800.0,
+    stall_timeout_s=600.0,
+    port=DEFAULT_PORT,
 )
 
 _LOGS = LogRules(
@@ -299,7 +305,7 @@ class VllmEngine(Engine):
     health_path = "/health"
     logs = _LOGS
     versions = VersionFacts(distributions=("vllm", CPU_DISTRIBUTION), modules=("vllm", "flashinfer", "torch"))
-    cache_reset = CacheReset("POST", "/reset_prefix_cache")
+    cache_reset = CacheReset("POST", "/reset_prefix_cache", success_key="success")  # VLLM_SERVER_DEV_MODE=1
     restart_cost = "expensive"
     point_budget_s = 900.0
     token_ids = "openai-token-ids"  # noqa: S105 - a dialect name: /v1/completions with return_token_ids

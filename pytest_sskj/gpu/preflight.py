@@ -212,20 +212,7 @@ def check_node(report: NodeReport, needed: int, arch: str | None, max_used_mib: 
     by_uuid: dict[str, list[NodeApp]] = {}
     for app in report.apps:
         by_uuid.setdefault(app.gpu_uuid, []).append(app)
-    busy: set[int] = set()
-    for g in used:
-        apps = by_uuid.get(g.uuid, [])
-        if apps:
-            busy.add(g.index)
-            report.problems.append(
-                f"GPU {g.index} ({g.uuid}) runs foreign processes: " + "; ".join(a.describe() for a in apps)
-            )
-        elif g.memory_used_mib is not None and g.memory_used_mib > max_used_mib:
-            busy.add(g.index)
-            report.problems.append(
-                f"GPU {g.index} ({g.uuid}) has {g.memory_used_mib} MiB in use by processes "
-                f"nvidia-smi cannot show here (another container or PID namespace?)"
-            )
+    busy = _busy(report, used, by_uuid, max_used_mib)
     if busy:
         idle = [
             g.index
@@ -240,6 +227,27 @@ def check_node(report: NodeReport, needed: int, arch: str | None, max_used_mib: 
                 f"idle GPUs there: {','.join(map(str, idle))} -- stop the processes, or "
                 f"launch with CUDA_VISIBLE_DEVICES={','.join(map(str, idle[:needed]))}"
             )
+
+
+def _busy(
+    report: NodeReport, used: Sequence[NodeGpu], by_uuid: dict[str, list[NodeApp]], max_used_mib: int
+) -> set[int]:
+    """Indexes of the GPUs the spec would use that are busy (foreign processes, or memory in use), each noted."""
+    busy: set[int] = set()
+    for g in used:
+        apps = by_uuid.get(g.uuid, [])
+        if apps:
+            busy.add(g.index)
+            report.problems.append(
+                f"GPU {g.index} ({g.uuid}) runs foreign processes: " + "; ".join(a.describe() for a in apps)
+            )
+        elif g.memory_used_mib is not None and g.memory_used_mib > max_used_mib:
+            busy.add(g.index)
+            report.problems.append(
+                f"GPU {g.index} ({g.uuid}) has {g.memory_used_mib} MiB in use by processes "
+                f"nvidia-smi cannot show here (another container or PID namespace?)"
+            )
+    return busy
 
 
 def _query(launcher: Launcher, node: str, argv: Sequence[str], timeout_s: float) -> tuple[str | None, str]:

@@ -17,14 +17,19 @@ import pytest
 
 from pytest_sskj.gpu.preflight import gpus_per_node, preflight_spec
 from pytest_sskj.markers import GpuRequest
+from pytest_sskj.nodes import is_local_node
 from pytest_sskj.server.launcher import Launcher
 from pytest_sskj.server.spec import ServerSpec
 
 __all__ = ["server_prelaunch"]
 
-_LOCAL = ("local", "localhost", "127.0.0.1")
 
 PrelaunchResult = tuple[Sequence[tuple[str, str]], "Callable[[], None] | None"]
+
+
+def pytest_sskj_server_prelaunch(config: pytest.Config) -> Callable[[ServerSpec, Launcher], PrelaunchResult]:
+    """The server pool's pre-launch step (this module is a sub-plugin: the server layer never imports gpu/)."""
+    return server_prelaunch(config)
 
 
 def server_prelaunch(config: pytest.Config) -> Callable[[ServerSpec, Launcher], PrelaunchResult]:
@@ -34,7 +39,7 @@ def server_prelaunch(config: pytest.Config) -> Callable[[ServerSpec, Launcher], 
         need = gpus_per_node(spec)
         if need == 0 or "CUDA_VISIBLE_DEVICES" in dict(spec.env):
             return (), None
-        if not spec.nodes or all(n in _LOCAL for n in spec.nodes):
+        if not spec.nodes or all(is_local_node(n) for n in spec.nodes):
             from pytest_sskj.gpu.fixtures import get_gpu_session
 
             lease = get_gpu_session(config).lease(GpuRequest(count=need), f"server {spec.label} ({spec.key()})")

@@ -53,6 +53,12 @@ def add_parsers(sub: Any) -> None:
     cmp_.add_argument("b", help="candidate: run id or release tag")
     cmp_.add_argument("--allow-incomparable", action="store_true", help="compare anyway, marking every point")
     cmp_.add_argument("--margin", type=float, default=0.0, help="percent B must beat A by to count as better")
+    cmp_.add_argument(
+        "--fail-on",
+        choices=("worse", "never"),
+        default="never",
+        help="exit 1 when a row is worse beyond the between-run noise (default never: report only)",
+    )
     cmp_.add_argument("--json", dest="fmt", action="store_const", const="json", default="text")
     _common(cmp_)
     exp = sub.add_parser("export", help="the users' JSONL shapes of a run (adaptive_points/shapes, run_manifest)")
@@ -81,7 +87,7 @@ def _open(args: argparse.Namespace) -> Any:
     try:
         return ResultsDB(url)
     except Exception as exc:
-        from pytest_sskj.report.redact import redact_text
+        from pytest_sskj.redact import redact_text
 
         raise SystemExit(_fail(f"results database {display_url(url)} unreachable: {redact_text(str(exc))}")) from None
 
@@ -116,15 +122,49 @@ def _history(args: argparse.Namespace) -> int:
 
     keys = ("platform", "model", "engine", "backend", "layout", "shape", "since", "until", "tag", "run")
     rows = history_rows(_open(args), Filters(**{k: getattr(args, k) for k in keys}))
-    if not rows and args.fmt == "text":
-        _out("no stored point matches")
-        return 0
+    if not rows:  # say so, and exit 1: a script must not read an empty answer as a match
+        given = " ".join(f"--{k} {getattr(args, k)}" for k in keys if getattr(args, k) not in (None, "", []))
+        sys.stderr.write(f"no stored point matches {given or 'anything (the database is empty)'}\n")
+        return 1
     _out(render_rows(rows, HISTORY_COLUMNS, args.fmt))
     return 0
 
 
+def _stored_runs(args: argparse.Namespace, db: Any, skip: set[str], like: Any) -> list[Any]:
+    """The other stored runs of the same code as ``like`` (for the between-run noise), newest 20."""
+    from pytest_sskj.history.gate import BaselineError, resolve_baseline, same_code
+
+    reports = _reports(args)
+    ids = sorted((p.parent.name for p in reports.glob("*/manifest.json")), reverse=True)
+    out = []
+    for rid in ids[:40]:
+        if rid in skip:
+            continue
+        try:
+            run = resolve_baseline(rid, reports, db, prefer_db=True)
+        except BaselineError:
+            continue
+        if same_code(like, run) and run.rows:
+            out.append(run)
+        if len(out) >= 20:
+            break
+    return out
+
+
+def _summary(c: Any, pairs: int) -> tuple[str, int]:
+    """``compare A -> B: 12 row(s): 0 better, 1 worse, ...`` and the number of worse rows."""
+    counts: dict[str, int] = {}
+    for p in c.points:
+        counts[str(p.get("outcome"))] = counts.get(str(p.get("outcome")), 0) + 1
+    order = ("better", "worse", "equivalent", "inconclusive", "incomparable", "unmatched")
+    parts = ", ".join(f"{counts.get(k, 0)} {k}" for k in order if counts.get(k) or k in ("better", "worse"))
+    noise = f"between-run noise from {pairs} stored A/A run pair(s)" if pairs else "no between-run noise known yet"
+    head = f"compare {c.a.run_id} -> {c.b.run_id}: {len(c.points)} configuration(s): {parts} ({noise})"
+    return head, counts.get("worse", 0)
+
+
 def _compare(args: argparse.Namespace) -> int:
-    from pytest_sskj.history.gate import BaselineError, resolve_baseline
+    from pytest_sskj.history.gate import BaselineError, between_run_noise, resolve_baseline
     from pytest_sskj.history.query import compare_runs, render_compare
 
     db = _open(args)
@@ -133,10 +173,19 @@ def _compare(args: argparse.Namespace) -> int:
         b = resolve_baseline(args.b, _reports(args), db, prefer_db=True)
     except BaselineError as exc:
         return _fail(str(exc).replace("--sskj-baseline ", ""))
-    c = compare_runs(a, b, allow_incomparable=args.allow_incomparable, margin_pct=args.margin)
+    noise, pairs = between_run_noise(_stored_runs(args, db, {a.run_id, b.run_id}, a))
+    c = compare_runs(a, b, allow_incomparable=args.allow_incomparable, margin_pct=args.margin, noise=noise)
     _out(render_compare(c, args.fmt))
+    head, worse = _summary(c, pairs)
+    if args.fmt == "text":
+        _out(head)
     if c.problems and not args.allow_incomparable:
         return _fail("refused: the runs are not comparable (--allow-incomparable compares and marks them)", 1)
+    matched = [p for p in c.points if p.get("outcome") != "unmatched"]
+    if not matched:
+        return _fail(f"refused: {a.run_id} and {b.run_id} have no configuration in common (unrelated runs)", 1)
+    if args.fail_on == "worse" and worse:
+        return _fail(f"FAIL: {worse} configuration(s) worse beyond the between-run noise (--fail-on worse)", 1)
     return 0
 
 
@@ -156,7 +205,7 @@ def record_release(reports: Path, tag: str) -> str:
     ``history --tag`` and ``--sskj-baseline TAG`` find it from any machine; a note, never a failure."""
     from pytest_sskj.history.db import ResultsDB, display_url, resolve_url
     from pytest_sskj.history.importer import release_marks
-    from pytest_sskj.report.redact import redact_text
+    from pytest_sskj.redact import redact_text
 
     mark = next((m for m in release_marks(reports) if m["tag"] == tag), None)
     url = resolve_url(os.environ.get("SSKJ_DB"), reports) if mark else None

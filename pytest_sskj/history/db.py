@@ -18,7 +18,7 @@ from pytest_sskj.history.urls import DEFAULT_NAME, display_url, resolve_url
 from pytest_sskj.records import METRIC_FIELDS
 from pytest_sskj.rundir import jsonable
 
-__all__ = ["DEFAULT_NAME", "ResultsDB", "display_url", "resolve_url", "run_record"]
+__all__ = ["DEFAULT_NAME", "CorruptDatabase", "ResultsDB", "display_url", "resolve_url", "run_record"]
 
 
 def _num(v: Any) -> int | None:
@@ -74,6 +74,10 @@ def _point_values(
     }
 
 
+class CorruptDatabase(RuntimeError):
+    """The results database fails its check before the first write (``PRAGMA quick_check``)."""
+
+
 class ResultsDB:
     """One results database; opening it brings its schema to the head revision."""
 
@@ -89,7 +93,26 @@ class ResultsDB:
             self.engine = create_engine(url, connect_args={"timeout": 30})
         else:
             self.engine = create_engine(url, connect_args={"connect_timeout": 5}, pool_pre_ping=True)
+        self.check()
         self._migrate()
+
+    def check(self) -> None:
+        """Before the first write: SQLite's ``PRAGMA quick_check`` (a malformed page is refused, not written
+        over), PostgreSQL a trivial query.  Raises :class:`CorruptDatabase` with the first problem."""
+        from sqlalchemy import text
+        from sqlalchemy.exc import DatabaseError
+
+        try:
+            with self.engine.connect() as conn:
+                if self.url.startswith("sqlite"):
+                    rows = [str(r[0]) for r in conn.execute(text("PRAGMA quick_check"))]
+                    if rows != ["ok"]:
+                        raise CorruptDatabase(f"{self.display} fails PRAGMA quick_check: {'; '.join(rows)[:200]}")
+                else:
+                    conn.execute(text("SELECT 1")).scalar()
+        except DatabaseError as exc:
+            first = str(exc.orig if exc.orig is not None else exc).splitlines()[0][:200]
+            raise CorruptDatabase(f"{self.display} cannot be read: {first}") from None
 
     def _migrate(self) -> None:
         from alembic import command

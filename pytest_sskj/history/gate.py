@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,6 +318,39 @@ def _sentence(m: Mapping[str, Any], label: str) -> str:
     )
 
 
+def _matching(baseline: Baseline, config: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The baseline's passed serving rows of ``config``'s backend, chunk and concurrency."""
+    keys = ("backend", "chunk", "concurrency")
+    want = tuple(str(config[k]) for k in keys)
+    return [
+        r
+        for r in baseline.rows
+        if r.get("status") == "passed"
+        and r.get("kind", "serve") == "serve"
+        and tuple(str(r.get(k)) for k in keys) == want
+    ]
+
+
+def _no_match(baseline: Baseline, cfg_id: str) -> GateOutcome:
+    have = sorted({f"{r.get('backend')}-chunk{r.get('chunk')}-c{r.get('concurrency')}" for r in baseline.rows})
+    return GateOutcome(
+        "no_match",
+        f"no matching point: {baseline.named} has no passed repeat of {cfg_id} "
+        f"(it has: {', '.join(have) or 'no points'})",
+    )
+
+
+def _regression(
+    text: str, bad: Sequence[Mapping[str, Any]], cfg_id: str, waivers: Sequence[Waiver], today: _dt.date
+) -> tuple[str, str]:
+    """``(status, message)`` of a regression: ``waived`` by an unexpired waiver covering every bad metric."""
+    live = [w for w in waivers if all(w.covers(cfg_id, m["name"]) for m in bad)]
+    valid = [w for w in live if w.expires >= today]
+    if valid:
+        return "waived", f"{text} — waived until {valid[0].expires}: {valid[0].reason}"
+    return "regression", text + "".join(f" (waiver expired {w.expires}: {w.reason})" for w in live)
+
+
 def judge_config(
     config: Mapping[str, Any],
     current: Sequence[Mapping[str, Any]],
@@ -327,29 +361,15 @@ def judge_config(
     today: _dt.date | None = None,
 ) -> GateOutcome:
     """Judge ``current`` passed repeats of ``config`` (``backend``, ``chunk``, ``concurrency``, ``id``)."""
-    keys = ("backend", "chunk", "concurrency")
-    want = tuple(str(config[k]) for k in keys)
-    base = [
-        r
-        for r in baseline.rows
-        if r.get("status") == "passed"
-        and r.get("kind", "serve") == "serve"
-        and tuple(str(r.get(k)) for k in keys) == want
-    ]
+    base = _matching(baseline, config)
     cfg_id = str(config["id"])
     if not base:
-        have = sorted({f"{r.get('backend')}-chunk{r.get('chunk')}-c{r.get('concurrency')}" for r in baseline.rows})
-        return GateOutcome(
-            "no_match",
-            f"no matching point: {baseline.named} has no passed repeat of {cfg_id} "
-            f"(it has: {', '.join(have) or 'no points'})",
-        )
+        return _no_match(baseline, cfg_id)
     metrics = []
     for name, col, higher in HEADLINE:
         cur, ref = _nums(current, col), _nums(base, col)
         if cur and ref:
             metrics.append(_metric(name, col, higher, cur, ref, margin_pct))
-    today = today or _dt.date.today()
     bad = [m for m in metrics if m["status"] == "regression"]
     bound = _client_bound(current if bad else base, "this run's" if bad else f"{baseline.label}'s")
     if bound:
@@ -357,13 +377,7 @@ def judge_config(
     unsure = [m for m in metrics if m["status"] == "inconclusive"]
     text = "; ".join(_sentence(m, baseline.label) for m in (bad or unsure or metrics))
     if bad:
-        live = [w for w in waivers if all(w.covers(cfg_id, m["name"]) for m in bad)]
-        valid = [w for w in live if w.expires >= today]
-        if valid:
-            w = valid[0]
-            return GateOutcome("waived", f"{text} — waived until {w.expires}: {w.reason}", metrics)
-        expired = "".join(f" (waiver expired {w.expires}: {w.reason})" for w in live)
-        return GateOutcome("regression", text + expired, metrics)
+        return GateOutcome(*_regression(text, bad, cfg_id, waivers, today or _dt.date.today()), metrics)
     if unsure:
         return GateOutcome(
             "inconclusive",
@@ -371,6 +385,65 @@ def judge_config(
             metrics,
         )
     return GateOutcome("passed", f"within tolerance of {baseline.label}: {text}", metrics)
+
+
+def _config_samples(base: Baseline) -> dict[tuple[str, str, str], list[Any]]:
+    from pytest_sskj.acceptance.compare import RepeatSample
+
+    out: dict[tuple[str, str, str], list[Any]] = {}
+    for r in base.rows:
+        if r.get("status") == "passed" and r.get("kind", "serve") == "serve":
+            key = (str(r.get("backend")), str(r.get("chunk")), str(r.get("concurrency")))
+            out.setdefault(key, []).append(RepeatSample.from_row(r))
+    return out
+
+
+def same_code(x: Baseline, y: Baseline) -> bool:
+    """Whether two stored runs measured the same thing with the same code: same shape, comparable environment,
+    no differing engine fact (their comparison is an A/A pair across runs)."""
+    return x.facts.get("shape") == y.facts.get("shape") and not incomparable(y.facts, x.facts) + engine_differences(
+        x, y.facts
+    )
+
+
+def between_run_noise(runs: Sequence[Baseline]) -> tuple[dict[tuple[str, str, str], float], int]:
+    """Per configuration, the largest |delta| % of the primary metric (ratio of geometric means of the
+    repeats) between consecutive stored runs of the same code: the between-run A/A noise; and how many run
+    pairs it rests on."""
+    from pytest_sskj.acceptance.compare import compare
+
+    noise: dict[tuple[str, str, str], float] = {}
+    pairs = 0
+    ordered = sorted(runs, key=lambda r: r.run_id)
+    for x, y in itertools.pairwise(ordered):
+        if not same_code(x, y):
+            continue
+        pairs += 1
+        cx, cy = _config_samples(x), _config_samples(y)
+        for key in set(cx) & set(cy):
+            d = compare(x.run_id, y.run_id, cx[key], cy[key]).primary.delta_pct
+            if d is not None:
+                noise[key] = max(noise.get(key, 0.0), abs(d))
+    return noise, pairs
+
+
+def judge_between_runs(
+    a: str, b: str, ra: Sequence[Any], rb: Sequence[Any], noise: float | None, margin: float, problems: Sequence[str]
+) -> Any:
+    """``compare``'s verdict of one configuration across runs: the repeat-level method, with a claim needing to
+    clear the between-run noise ``noise`` in both directions; without a known noise, inconclusive."""
+    from dataclasses import replace
+
+    from pytest_sskj.acceptance.compare import compare
+
+    if noise is None:
+        v = compare(a, b, ra, rb, margin_pct=margin, incomparable=problems)
+        if v.outcome == "incomparable":
+            return v
+        metrics = tuple(replace(m, outcome="inconclusive") for m in v.metrics)
+        return replace(v, outcome="inconclusive", metrics=metrics, reasons=("no between-run noise known yet",))
+    floor = max(noise, margin)
+    return compare(a, b, ra, rb, margin_pct=-floor, noise_floor_pct=floor, incomparable=problems)
 
 
 def read_toml(path: Path) -> dict[str, Any]:

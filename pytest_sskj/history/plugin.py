@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_sskj.settings import Settings
-from pytest_sskj.stash import SETTINGS_KEY
+from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
 
 __all__ = ["HISTORY_KEY", "BaselineGate", "HistoryRecorder", "sskj_baseline"]
 
@@ -95,15 +95,20 @@ class HistoryRecorder:
             fn(self.db)
             self.written += 1
         except Exception as exc:  # an outage must never fail the run: the files hold everything
-            from pytest_sskj.report.redact import redact_text
+            from pytest_sskj.redact import redact_text
 
             self.skipped += 1
             self.outage = redact_text(f"{type(exc).__name__}: {exc}", self.secrets).splitlines()[0][:300]
+            if type(exc).__name__ == "CorruptDatabase" and EXTRA_KEY in self.config.stash:
+                self.config.stash[EXTRA_KEY].setdefault("write_error", self.outage)  # the manifest says error
+            failed = self.config.stash[EXTRA_KEY].get("write_error") if EXTRA_KEY in self.config.stash else None
+            files = f"the run's files are incomplete too ({failed})" if failed else "the run's files hold every result"
             _log.warning(
-                "pytest-sskj: results database %s not written (%s: %s); the run's files are complete; retry: %s",
+                "pytest-sskj: results database %s not written (%s: %s); %s; retry: %s",
                 self.display,
                 what,
                 self.outage,
+                files,
                 self.retry_command(),
             )
 

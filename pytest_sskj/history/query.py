@@ -187,9 +187,20 @@ def _configs(base: Baseline) -> dict[tuple[str, str, str], list[Any]]:
     return out
 
 
-def compare_runs(a: Baseline, b: Baseline, *, allow_incomparable: bool = False, margin_pct: float = 0.0) -> Comparison:
-    """Compare every configuration the two runs share; ``problems`` says why they are not comparable."""
+def compare_runs(
+    a: Baseline,
+    b: Baseline,
+    *,
+    allow_incomparable: bool = False,
+    margin_pct: float = 0.0,
+    noise: Mapping[tuple[str, str, str], float] | None = None,
+) -> Comparison:
+    """Compare every configuration the two runs share; ``problems`` says why they are not comparable.
+
+    ``noise``: the between-run noise (|delta| %, primary metric) per configuration from stored A/A run pairs
+    (:func:`pytest_sskj.history.gate.between_run_noise`); a configuration without one is inconclusive."""
     from pytest_sskj.acceptance.compare import compare
+    from pytest_sskj.history.gate import judge_between_runs
 
     out = Comparison(a, b)
     if a.facts.get("shape") != b.facts.get("shape"):
@@ -203,7 +214,10 @@ def compare_runs(a: Baseline, b: Baseline, *, allow_incomparable: bool = False, 
         if key not in ca or key not in cb:
             entry.update(outcome="unmatched", note=f"only in {a.run_id if key in ca else b.run_id}")
         else:
-            v = compare(a.run_id, b.run_id, ca[key], cb[key], margin_pct=margin_pct, incomparable=out.problems)
+            if noise is None:
+                v = compare(a.run_id, b.run_id, ca[key], cb[key], margin_pct=margin_pct, incomparable=out.problems)
+            else:
+                v = judge_between_runs(a.run_id, b.run_id, ca[key], cb[key], noise.get(key), margin_pct, out.problems)
             entry.update(v.as_dict(), repeats=[len(ca[key]), len(cb[key])])
         out.points.append(entry)
     return out

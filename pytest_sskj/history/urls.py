@@ -43,6 +43,6 @@ def resolve_url(setting: str | None, reports_dir: Path) -> str | None:
 
 def display_url(url: str) -> str:
     """``url`` with its password replaced (safe for terminals, logs, reports and manifests)."""
-    from pytest_sskj.report.redact import redact_url
+    from pytest_sskj.redact import redact_url
 
     return redact_url(url)

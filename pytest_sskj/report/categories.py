@@ -17,6 +17,7 @@ __all__ = [
     "CATEGORIES",
     "CLIENT_BOUND",
     "CRASH",
+    "INCONCLUSIVE",
     "NCCL",
     "NUMERICS",
     "OOM",
@@ -37,6 +38,8 @@ REGRESSION = "[regression]"
 CLIENT_BOUND = "[client-bound]"
 NUMERICS = "[numerics]"
 OUTPUT_MISMATCH = "[output-mismatch]"
+INCONCLUSIVE = "[inconclusive]"
+"""A comparison the repeats could not decide (not a regression): see its power-planner line."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ CATEGORIES: tuple[Category, ...] = (
     Category("Client-bound measurement", CLIENT_BOUND),
     Category("Numerics mismatch", NUMERICS, (r"Not equal to tolerance", r"Tensor-likes are not close")),
     Category("Output mismatch", OUTPUT_MISMATCH),
+    Category("Inconclusive comparison", INCONCLUSIVE),
 )
 
 

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 ALLURE_VERSION = "3.18.0"
-ALLURE_INSTALL = f"npm install --no-audit --no-fund --no-save allure@{ALLURE_VERSION}"
+ALLURE_INSTALL = f"npm install --no-audit --no-fund --prefix .ci/node allure@{ALLURE_VERSION}"
 CHROMIUM_INSTALL = "apt-get update && apt-get install -y --no-install-recommends chromium"
 _GA = re.compile(r'<script async src="https://www\.googletagmanager\.com/[^"]*"></script>\s*<script>.*?</script>', re.S)
 
@@ -137,11 +137,15 @@ def render_html(
     allure: Path | None = None,
     timeout_s: float = 300.0,
     history: Path | None = None,
+    defer_history: bool = False,
 ) -> Path:
     """Render ``alluredir`` into the single file ``out`` (no analytics tag); returns ``out``.
 
     ``history``: Allure 3's history file (JSON lines, one entry per rendered report): the report shows each
-    test's earlier runs and the metrics trend from it, and this run is appended to it."""
+    test's earlier runs and the metrics trend from it, and this run is appended to it -- once: Allure renders
+    against a copy, and :func:`commit_history` appends the new entry only when no entry of the same results is
+    there yet.  ``defer_history``: leave the entry pending (:func:`pending_history`) until the caller commits it,
+    e.g. after the Chromium check passed (a render whose check failed adds nothing)."""
     alluredir = Path(alluredir).resolve()
     if not any(alluredir.glob("*-result.json")):
         raise FileNotFoundError(f"{alluredir} holds no *-result.json; run pytest with --alluredir {alluredir} first")
@@ -158,10 +162,13 @@ def render_html(
         rc = work / "allurerc.mjs"
         options = {"singleFile": True, "reportLanguage": "en", "groupBy": ["epic", "feature", "story"]}
         cfg: dict[str, Any] = {"name": name, "output": str(report), "plugins": {"awesome": {"options": options}}}
+        work_history = work / "history.jsonl"
         if history is not None:
             history = Path(history).resolve()
             history.parent.mkdir(parents=True, exist_ok=True)
-            cfg.update(historyPath=str(history), appendHistory=True)
+            if history.is_file():
+                shutil.copyfile(history, work_history)
+            cfg.update(historyPath=str(work_history), appendHistory=True)
         rc.write_text("export default " + json.dumps(cfg, indent=2) + ";\n", encoding="utf-8")
         log = work / "allure.log"
         code = _run([str(exe), "generate", "--config", str(rc), str(alluredir)], cwd=work, log=log, timeout_s=timeout_s)
@@ -173,7 +180,48 @@ def render_html(
         ids = report / "test-results.json"
         if ids.is_file():
             shutil.copyfile(ids, out.with_name(out.stem + ".test-results.json"))
+        if history is not None and work_history.is_file():
+            before = len(history.read_text(encoding="utf-8").splitlines()) if history.is_file() else 0
+            new = work_history.read_text(encoding="utf-8").splitlines()[before:]
+            atomic_write_text(pending_history(out), "".join(line + "\n" for line in new))
+            if not defer_history:
+                commit_history(history, out)
     return out
+
+
+def pending_history(out: Path) -> Path:
+    """Where :func:`render_html` leaves the history entry of the report ``out`` until it is committed."""
+    return Path(out).with_name(Path(out).name + ".history-pending.jsonl")
+
+
+def _results_key(line: str) -> str | None:
+    """What one history entry is a record of: its test results (ids and statuses), not when it was rendered."""
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    results = entry.get("testResults") if isinstance(entry, dict) else None
+    if not isinstance(results, dict):
+        return None
+    return json.dumps(
+        sorted((k, str(v.get("id")), str(v.get("status"))) for k, v in results.items() if isinstance(v, dict))
+    )
+
+
+def commit_history(history: Path, out: Path) -> int:
+    """Append the pending entry of ``out`` to ``history`` unless an entry of the same results is there
+    already (rendering the same results again adds nothing); returns how many entries were appended."""
+    pending = pending_history(out)
+    if not pending.is_file():
+        return 0
+    lines = [line for line in pending.read_text(encoding="utf-8").splitlines() if line.strip()]
+    pending.unlink()
+    old = history.read_text(encoding="utf-8").splitlines() if history.is_file() else []
+    seen = {k for k in (_results_key(line) for line in old) if k is not None}
+    fresh = [line for line in lines if _results_key(line) is None or _results_key(line) not in seen]
+    if fresh:
+        atomic_write_text(history, "".join(line + "\n" for line in [*old, *fresh]))
+    return len(fresh)
 
 
 # -- headless Chromium over the DevTools protocol on a pipe --------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_sskj import __version__
 from pytest_sskj.engines import ENGINES
-from pytest_sskj.report.redact import redact_argv, redact_text
+from pytest_sskj.redact import redact_argv, redact_text
 from pytest_sskj.rundir import atomic_write_text
 
 __all__ = ["RunManifest", "ensure_reports_root", "git_commit"]
@@ -150,15 +150,21 @@ class RunManifest:
         self.data.update(facts)
         self.write()
 
-    def finish(self, *, exitstatus: int, counts: dict[str, int], signal: str | None = None) -> None:
-        """Complete the manifest: ``status`` is ``interrupted`` (with the ``signal``: SIGINT, SIGTERM) when
-        the session was stopped (exit status 2 or a signal), else ``finished``."""
+    def finish(
+        self, *, exitstatus: int, counts: dict[str, int], signal: str | None = None, error: str | None = None
+    ) -> None:
+        """Complete the manifest: ``status`` is ``error`` (with the one-line ``error``: a write of run data
+        failed) , ``interrupted`` (with the ``signal``: SIGINT, SIGTERM) when the session was stopped (exit
+        status 2 or a signal), else ``finished``."""
         interrupted = signal is not None or int(exitstatus) == _INTERRUPTED
+        status = "error" if error else "interrupted" if interrupted else "finished"
+        if error:
+            self.data["error"] = error
         self.data.update(
             {
                 "end_time": time.time(),
                 "end_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "status": "interrupted" if interrupted else "finished",
+                "status": status,
                 "signal": signal,
                 "exitstatus": int(exitstatus),
                 "counts": counts,

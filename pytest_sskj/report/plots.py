@@ -26,17 +26,18 @@ __all__ = [
     "plot_ttft_cdf",
     "plot_ttft_vs_concurrency",
     "render_all",
+    "request_files_by_concurrency",
     "search_plot_name",
     "ttft_samples",
 ]
 
 
-def _figure(title: str) -> tuple[Any, Any]:
+def _figure(title: str, run_id: str | None = None) -> tuple[Any, Any]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 5), dpi=100, layout="constrained")
     ax = fig.add_subplot()
-    ax.set_title(title)
+    ax.set_title(f"{title}\nrun {run_id}" if run_id else title)
     ax.grid(True, alpha=0.3)
     return fig, ax
 
@@ -50,12 +51,12 @@ def _save(fig: Any, out: Path) -> Path:
     return out
 
 
-def plot_throughput_vs_chunk(rows: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
+def plot_throughput_vs_chunk(rows: Sequence[Mapping[str, Any]], out: Path, run_id: str | None = None) -> Path | None:
     """Median input throughput (tok/s) against chunk size, one line per backend and concurrency."""
     pts = [p for p in summarize_points(rows) if p.input_throughput is not None and isinstance(p.chunk, int)]
     if not pts:
         return None
-    fig, ax = _figure("Input throughput vs chunked-prefill size")
+    fig, ax = _figure("Input throughput vs chunked-prefill size, per backend and concurrency", run_id)
     for backend, conc in sorted({(p.backend, p.concurrency) for p in pts}, key=str):
         line = sorted((p.chunk, p.input_throughput) for p in pts if (p.backend, p.concurrency) == (backend, conc))
         ax.plot([c for c, _ in line], [v for _, v in line], marker="o", label=f"{backend} C={conc}")
@@ -68,7 +69,9 @@ def plot_throughput_vs_chunk(rows: Sequence[Mapping[str, Any]], out: Path) -> Pa
     return _save(fig, out)
 
 
-def plot_chunk_curve(verdict: Mapping[str, Any], out: Path, rows: Sequence[Mapping[str, Any]] = ()) -> Path | None:
+def plot_chunk_curve(
+    verdict: Mapping[str, Any], out: Path, rows: Sequence[Mapping[str, Any]] = (), run_id: str | None = None
+) -> Path | None:
     """One chunk-curve verdict: its ``points`` (``chunk``, ``input_tps``) with the best chunk marked; without
     points, the rows of its backend and concurrency."""
     pts = [(p.get("chunk"), p.get("input_tps")) for p in verdict.get("points") or [] if isinstance(p, Mapping)]
@@ -80,8 +83,10 @@ def plot_chunk_curve(verdict: Mapping[str, Any], out: Path, rows: Sequence[Mappi
             if r.get("backend") == verdict.get("backend")
             and (verdict.get("concurrency") is None or r.get("concurrency") == verdict.get("concurrency"))
         ]
-        return plot_throughput_vs_chunk(mine, out)
-    fig, ax = _figure(f"Chunk curve: {verdict.get('backend', '')} C={verdict.get('concurrency', '?')}")
+        return plot_throughput_vs_chunk(mine, out, run_id)
+    who = f"{verdict.get('backend', '')} C={verdict.get('concurrency', '?')}"
+    title = f"Chunk curve: input throughput per chunk size, {who}"
+    fig, ax = _figure(title, run_id)
     ax.plot([c for c, _ in line], [v for _, v in line], marker="o", label=str(verdict.get("backend", "")))
     best = verdict.get("best_chunk")
     for c, v in line:
@@ -103,16 +108,36 @@ def plot_chunk_curve(verdict: Mapping[str, Any], out: Path, rows: Sequence[Mappi
     return _save(fig, out)
 
 
-def plot_ttft_vs_concurrency(rows: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
-    """TTFT P50 (solid) and P95 (dashed) in ms against concurrency, per backend and chunk."""
-    pts = [p for p in summarize_points(rows) if p.ttft_p50_ms is not None and isinstance(p.concurrency, int)]
-    if not pts:
+def _ttft_by_concurrency(
+    rows: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, Any], list[tuple[int, float, float | None]]]:
+    """Per (backend, chunk): (C, median TTFT P50, median TTFT P95) over the passed rows of every kind (the serving
+    points' repeats and the concurrency search's steps), so the curve spans every concurrency the run measured."""
+    from statistics import median
+
+    groups: dict[tuple[str, Any, int], tuple[list[float], list[float]]] = {}
+    for r in rows:
+        c, p50, p95 = r.get("concurrency"), r.get("median_ttft_ms"), r.get("p95_ttft_ms")
+        if r.get("status") != "passed" or not isinstance(c, int) or not isinstance(p50, (int, float)):
+            continue
+        g = groups.setdefault((str(r.get("backend")), r.get("chunk"), c), ([], []))
+        g[0].append(float(p50))
+        if isinstance(p95, (int, float)):
+            g[1].append(float(p95))
+    out: dict[tuple[str, Any], list[tuple[int, float, float | None]]] = {}
+    for (backend, chunk, c), (p50s, p95s) in sorted(groups.items(), key=str):
+        out.setdefault((backend, chunk), []).append((c, median(p50s), median(p95s) if p95s else None))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def plot_ttft_vs_concurrency(rows: Sequence[Mapping[str, Any]], out: Path, run_id: str | None = None) -> Path | None:
+    """TTFT P50 (solid) and P95 (dashed) in ms against concurrency, per backend and chunk: the serving points
+    and the concurrency search's steps (medians over repeats), on a log2 axis with one tick per measured C."""
+    lines = _ttft_by_concurrency(rows)
+    if not lines:
         return None
-    fig, ax = _figure("TTFT vs concurrency")
-    for backend, chunk in sorted({(p.backend, p.chunk) for p in pts}, key=str):
-        line = sorted(
-            (p.concurrency, p.ttft_p50_ms, p.ttft_p95_ms) for p in pts if (p.backend, p.chunk) == (backend, chunk)
-        )
+    fig, ax = _figure("TTFT vs concurrency, per backend and chunk (serving points and search steps)", run_id)
+    for (backend, chunk), line in lines.items():
         drawn = ax.plot(
             [c for c, _, _ in line],
             [v for _, v, _ in line],
@@ -129,10 +154,14 @@ def plot_ttft_vs_concurrency(rows: Sequence[Mapping[str, Any]], out: Path) -> Pa
                 color=drawn[0].get_color(),
                 label=f"{backend} chunk {format_chunk(chunk)} P95",
             )
-    concs = sorted({p.concurrency for p in pts})
+    concs = sorted({c for line in lines.values() for c, _, _ in line})
+    if len(concs) > 1:
+        ax.set_xscale("log", base=2)
     ax.set_xticks(concs, [str(c) for c in concs])
+    ax.minorticks_off()
     ax.set_xlabel("concurrency (in-flight requests)")
     ax.set_ylabel("TTFT (ms)")
+    ax.set_ylim(bottom=0)
     ax.legend(fontsize="small")
     return _save(fig, out)
 
@@ -193,20 +222,54 @@ def find_request_files(run_dir: Path, rows: Iterable[Mapping[str, Any]]) -> dict
     return found
 
 
-def plot_ttft_cdf(samples: Mapping[str, Sequence[float]], out: Path) -> Path | None:
-    """Empirical CDF of per-request TTFT (ms), one curve per backend."""
-    series = {b: sorted(v) for b, v in samples.items() if v}
-    if not series:
+def plot_ttft_cdf(
+    samples: Mapping[str, Sequence[float]] | Mapping[tuple[int, str], Sequence[float]],
+    out: Path,
+    run_id: str | None = None,
+) -> Path | None:
+    """Empirical CDF of per-request TTFT (ms): one panel per concurrency (keys ``(C, label)``), one curve per
+    label in it; plain string keys are one panel (requests of different concurrencies are never pooled by
+    :func:`render_all`)."""
+    panels: dict[int | None, dict[str, list[float]]] = {}
+    for key, v in samples.items():
+        if not v:
+            continue
+        conc, label = key if isinstance(key, tuple) else (None, str(key))
+        panels.setdefault(conc, {})[label] = sorted(v)
+    if not panels:
         return None
-    fig, ax = _figure("TTFT distribution (empirical CDF)")
-    for backend, xs in sorted(series.items()):
-        n = len(xs)
-        ax.step(xs, [(i + 1) / n for i in range(n)], where="post", label=f"{backend} (n={n})")
-    ax.set_xlabel("TTFT (ms)")
-    ax.set_ylabel("fraction of requests")
-    ax.set_ylim(0, 1.02)
-    ax.legend()
+    from matplotlib.figure import Figure
+
+    order = sorted(panels, key=lambda c: -1 if c is None else c)
+    fig = Figure(figsize=(8, max(5.0, 3.2 * len(order) + 0.6)), dpi=100, layout="constrained")
+    axes = fig.subplots(len(order), 1, squeeze=False)[:, 0]
+    title = "TTFT distribution (empirical CDF), one panel per concurrency"
+    fig.suptitle(f"{title}\nrun {run_id}" if run_id else title)
+    labels = sorted({label for curves in panels.values() for label in curves})
+    colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}  # one colour per curve in every panel
+    for ax, conc in zip(axes, order, strict=True):
+        for label, xs in sorted(panels[conc].items()):
+            n = len(xs)
+            ax.step(xs, [(i + 1) / n for i in range(n)], where="post", label=f"{label} (n={n})", color=colors[label])
+        ax.set_title(f"C={conc}" if conc is not None else "all requests")
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("TTFT (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize="small")
     return _save(fig, out)
+
+
+def request_files_by_concurrency(run_dir: Path, rows: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], list[Path]]:
+    """Like :func:`find_request_files`, keyed by (concurrency, ``backend chunk N``): the CDF's panels and curves."""
+    out: dict[tuple[int, str], list[Path]] = {}
+    for r in rows:
+        c = r.get("concurrency")
+        if not isinstance(c, int):
+            continue
+        for backend, paths in find_request_files(run_dir, [r]).items():
+            out.setdefault((c, f"{backend} chunk {format_chunk(r.get('chunk'))}"), []).extend(paths)
+    return out
 
 
 def _gate(text: str) -> tuple[str, float] | None:
@@ -230,7 +293,9 @@ def metric_value(metrics: Mapping[str, Any], name: str) -> float | None:
     return None
 
 
-def plot_search(verdict: Mapping[str, Any], out: Path, slo: Sequence[str] = ()) -> Path | None:
+def plot_search(
+    verdict: Mapping[str, Any], out: Path, slo: Sequence[str] = (), run_id: str | None = None
+) -> Path | None:
     """The adaptive search: the measured metric per concurrency step against the SLO threshold.
 
     The metric and threshold are the verdict's ``metric``/``threshold``, else the first gate of its
@@ -250,20 +315,51 @@ def plot_search(verdict: Mapping[str, Any], out: Path, slo: Sequence[str] = ()) 
             pts.append((float(s["concurrency"]), float(v), bool(s.get("passed", s.get("slo_ok", True)))))
     if not pts:
         return None
-    title = f"Concurrency search: {verdict.get('backend', '')} chunk {format_chunk(verdict.get('chunk'))}"
-    fig, ax = _figure(title.strip())
+    title = f"Concurrency search: {metric} per step vs the SLO, {verdict.get('backend', '')} chunk " + format_chunk(
+        verdict.get("chunk")
+    )
+    fig, ax = _figure(title.strip(), run_id)
     ax.plot([c for c, _, _ in pts], [v for _, v, _ in pts], color="tab:blue", label=metric)
+    shown: set[bool] = set()
     for c, v, ok in pts:
-        ax.plot([c], [v], marker="o" if ok else "x", color="tab:green" if ok else "tab:red", linestyle="none")
-    if isinstance(thr, (int, float)):
-        ax.axhline(float(thr), color="tab:red", linestyle="--", label=f"SLO {metric} < {thr:g}")
+        label = None if ok in shown else "step passed" if ok else "step failed (SLO miss, or not a valid measurement)"
+        shown.add(ok)
+        ax.plot(
+            [c], [v], marker="o" if ok else "x", color="tab:green" if ok else "tab:red", linestyle="none", label=label
+        )
+    _slo_mark(ax, metric, thr, max(v for _, v, _ in pts))
     best = verdict.get("best_concurrency", verdict.get("best"))
     if isinstance(best, (int, float)):
         ax.axvline(float(best), color="tab:green", linestyle=":", label=f"best C = {best:g}")
+    concs = sorted({int(c) for c, _, _ in pts})
+    if len(concs) > 1:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(concs, [str(c) for c in concs])
+    ax.minorticks_off()
     ax.set_xlabel("concurrency")
     ax.set_ylabel(metric)
     ax.legend()
     return _save(fig, out)
+
+
+def _slo_mark(ax: Any, metric: str, thr: Any, top: float) -> None:
+    """The SLO threshold as a line when it lies near the data; far above it (a CPU-scale 30 s SLO over 50 ms
+    data), the axis stays scaled to the data and the threshold is written at the top edge instead."""
+    ax.set_ylim(bottom=0)
+    if not isinstance(thr, (int, float)):
+        return
+    if float(thr) <= 1.5 * top:
+        ax.axhline(float(thr), color="tab:red", linestyle="--", label=f"SLO {metric} < {thr:g}")
+        return
+    ax.set_ylim(0, top * 1.25)
+    ax.annotate(
+        f"SLO {metric} < {thr:g}: {float(thr) / top:.0f}x above the highest step (off the axis) \u2191",
+        xy=(0.5, 0.97),
+        xycoords="axes fraction",
+        ha="center",
+        va="top",
+        color="tab:red",
+    )
 
 
 def search_plot_name(index: int, verdict: Mapping[str, Any]) -> str:
@@ -287,15 +383,17 @@ def render_all(
 ) -> list[Path]:
     """Every plot of the run into ``run_dir/plots/``; returns the files written."""
     plots = run_dir / "plots"
+    run_id = next((str(r["run_id"]) for r in rows if r.get("run_id")), run_dir.name)
+    serve = [r for r in rows if r.get("kind", "serve") == "serve"]
     written: list[Path | None] = [
-        plot_throughput_vs_chunk(rows, plots / "throughput_vs_chunk.png"),
-        plot_ttft_vs_concurrency(rows, plots / "ttft_vs_concurrency.png"),
+        plot_throughput_vs_chunk(serve, plots / "throughput_vs_chunk.png", run_id),
+        plot_ttft_vs_concurrency(rows, plots / "ttft_vs_concurrency.png", run_id),
     ]
-    files = find_request_files(run_dir, rows)
-    written.append(plot_ttft_cdf({b: ttft_samples(ps) for b, ps in files.items()}, plots / "ttft_cdf.png"))
+    files = request_files_by_concurrency(run_dir, rows)
+    written.append(plot_ttft_cdf({k: ttft_samples(ps) for k, ps in files.items()}, plots / "ttft_cdf.png", run_id))
     for i, v in enumerate(x for x in verdicts if x.get("kind") == "search"):
-        written.append(plot_search(v, plots / search_plot_name(i, v), slo))
+        written.append(plot_search(v, plots / search_plot_name(i, v), slo, run_id))
     for v in verdicts:
         if v.get("kind") == "chunk_curve":
-            written.append(plot_chunk_curve(v, plots / chunk_curve_plot_name(v), rows))
+            written.append(plot_chunk_curve(v, plots / chunk_curve_plot_name(v), rows, run_id))
     return [p for p in written if p is not None]

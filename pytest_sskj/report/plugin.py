@@ -182,6 +182,7 @@ class Reporter:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.is_worker or not self.enabled:
             return
+        self._record_invocation()
         self.settings.run_dir.mkdir(parents=True, exist_ok=True)
         self._scrub_manifest()
         self._write_allure_extras()
@@ -225,10 +226,17 @@ class Reporter:
             return
         if not self.enabled:
             return
+        self._record_invocation()
+        self.outcomes.selection.update(collected=_collected_by_suite(session.items))
+        self.outcomes.selection.setdefault("deselected", {})
+        self.outcomes.selection.setdefault("not_applicable", {})
+
+    def _record_invocation(self) -> None:
+        """What the command line selected (args, paths, -k, -m, ...): recorded at session start too, since an
+        xdist controller never collects (its workers report the collection, :meth:`pytest_testnodedown`)."""
         from pytest_sskj.report.scrub import scrub_text
 
         opt = self.config.option
-        collected = _collected_by_suite(session.items)
         self.outcomes.selection.update(
             args=[scrub_text(str(a), self.secrets) for a in self.config.invocation_params.args],
             rootdir=str(self.config.rootpath),
@@ -242,10 +250,7 @@ class Reporter:
             lf=bool(getattr(opt, "lf", False)),
             maxfail=int(getattr(opt, "maxfail", 0) or 0),
             xdist=bool(self.config.pluginmanager.hasplugin("dsession")),
-            collected=collected,
         )
-        self.outcomes.selection.setdefault("deselected", {})
-        self.outcomes.selection.setdefault("not_applicable", {})
 
     def _send_selection(self, session: pytest.Session) -> None:
         """On an xdist worker: what it collected and deselected, for the controller (which collects nothing
@@ -295,8 +300,22 @@ class Reporter:
         if self.is_worker or not self.enabled or self.finished:
             return
         if (self.settings.run_dir / "results.csv").is_file():  # plots take seconds: say what is happening
-            terminalreporter.write_line(f"sskj: writing summary.md and plots to {self.settings.run_dir_display} ...")
+            if self._interrupted():
+                terminalreporter.write_line(
+                    f"sskj: interrupted: writing summary.md to {self.settings.run_dir_display}; plots skipped "
+                    f"(draw them later: python -m pytest_sskj report summary --run {self.settings.run_dir.name})"
+                )
+            else:
+                terminalreporter.write_line(
+                    f"sskj: writing summary.md and plots to {self.settings.run_dir_display} ..."
+                )
         self._finish(int(exitstatus))
+
+    def _interrupted(self) -> bool:
+        """A signal ended the session: nothing but what is on disk is wanted, quickly (plots take seconds)."""
+        from pytest_sskj.interrupts import received
+
+        return received(self.config) is not None
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
@@ -311,7 +330,7 @@ class Reporter:
     def _finish(self, exitstatus: int) -> None:
         self.finished = True
         self.outcomes.write(complete=True, exitstatus=exitstatus)
-        facts = self._summary(plots=True) or {}
+        facts = self._summary(plots=not self._interrupted()) or {}
         self._write_allure_extras()  # again: GPU and engine facts arrive during the run
         manifest = self.config.stash.get(MANIFEST_KEY, None)
         if manifest is not None:

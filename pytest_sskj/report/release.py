@@ -45,9 +45,11 @@ __all__ = [
     "find_config",
     "judge",
     "judge_tests",
+    "latest_runs",
     "list_releases",
     "load_config",
     "mark",
+    "rank_reasons",
     "show_release",
 ]
 
@@ -56,13 +58,73 @@ _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 
 
 class ReleaseRefused(Exception):
-    """The run may not be marked; ``reasons`` says exactly why (one line each)."""
+    """The run may not be marked; ``reasons`` says exactly why (one line each, the full list);
+    :meth:`ranked` is the short, ranked form the CLI prints (what to fix first, like skips grouped)."""
 
-    def __init__(self, run_id: str, tag: str, reasons: Sequence[str]) -> None:
+    def __init__(self, run_id: str, tag: str, reasons: Sequence[str], *, scope: str | None = None) -> None:
         self.reasons = list(reasons)
+        self.run_id, self.tag, self.scope = run_id, tag, scope
         super().__init__(
             f"refusing to mark run {run_id} as release {tag!r}:\n" + "\n".join(f"  - {r}" for r in reasons)
         )
+
+    def ranked(self, limit: int = 6) -> str:
+        """The refusal in at most ``limit`` reason lines, most fundamental first (run problems, missing
+        suites, failures, incomplete selections, skips grouped by reason), then how to see all of them."""
+        lines = rank_reasons(self.reasons, scope=self.scope)
+        shown = lines[:limit]
+        more = len(lines) - len(shown)
+        head = f"refusing to mark run {self.run_id} as release {self.tag!r} ({len(self.reasons)} reason(s)):"
+        tail = [f"  ... {more} more; every reason: --verbose or --json"] if more > 0 else []
+        if len(self.reasons) > len(lines) and not tail:
+            tail = ["  (skips grouped by reason; every test: --verbose or --json)"]
+        return "\n".join([head, *(f"  {i}. {_short(r, 220)}" for i, r in enumerate(shown, 1)), *tail])
+
+
+_SKIP_REASON = re.compile(
+    r"^(?P<prefix>run [^:]+: )?required test (?P<nodeid>\S+) skipped \(in \w+\)(?::\s*(?P<msg>.*?))?"
+    r"(?P<scope> \(not accepted by scope '[^']+'\))?$"
+)
+_RANKS = (
+    (
+        re.compile(
+            r"did not finish|status is|exit status|does not exist|unreadable|not valid JSON|no run given|"
+            r"unknown release scope|already exists|file-name-safe|no 'tests' list|recorded no"
+        ),
+        0,
+    ),
+    (re.compile(r"has no test results|asks for at least"), 1),
+    (re.compile(r" (failed|error|xfailed|xpassed|running) \(in "), 2),
+    (re.compile(r"did not run in full|have no outcome"), 3),
+)
+_HARDWARE = re.compile(r"GPU|NVIDIA|nvidia|CUDA|cuda|sm1\d0|SM1\d0|flashinfer", re.IGNORECASE)
+
+
+def rank_reasons(reasons: Sequence[str], *, scope: str | None = None) -> list[str]:
+    """``reasons`` ranked and condensed: skips of the same reason become one line with their count and
+    an example test; a GPU-scope refusal that is only hardware-absent skips says to use ``--scope cpu``."""
+    ranked: list[tuple[int, int, str]] = []
+    skips: dict[str, list[str]] = {}
+    for i, r in enumerate(reasons):
+        m = _SKIP_REASON.match(r)
+        if m:
+            skips.setdefault((m.group("msg") or "no reason given").strip() + (m.group("scope") or ""), []).append(
+                m.group("nodeid")
+            )
+            continue
+        rank = next((k for pat, k in _RANKS if pat.search(r)), 5)
+        ranked.append((rank, i, r))
+    for j, (msg, nodeids) in enumerate(sorted(skips.items(), key=lambda kv: -len(kv[1]))):
+        example = f", e.g. {nodeids[0]}" if nodeids else ""
+        ranked.append((4, len(reasons) + j, f"{len(nodeids)} required test(s) skipped: {msg}{example}"))
+    lines = [r for _, _, r in sorted(ranked)]
+    if (
+        skips
+        and scope not in (None, "cpu")
+        and all(_HARDWARE.search(m.split(" (not accepted by scope")[0]) for m in skips)
+    ):
+        lines.append("every skip above is hardware absent: on a CPU box mark a CPU-scope release with --scope cpu")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -348,8 +410,89 @@ def _load_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return outcomes, manifest if isinstance(manifest, dict) else {}
 
 
+def _check_request(runs: Sequence[str], tag: str, out: Path, force: bool) -> list[str]:
+    if not runs:
+        return ["no run given (--run RUN_ID), and no finished run of a required suite found under the reports dir"]
+    if not _TAG.match(tag):
+        return [f"tag {tag!r} is not a file-name-safe name (letters, digits, . _ + -; starting with a letter or digit)"]
+    if out.exists() and not force:
+        return [f"release {tag!r} already exists ({out}); pick another tag or --force"]
+    return []
+
+
+@dataclass
+class _Runs:
+    """The runs of one mark, loaded: their tests (a test run twice must pass both times), per-suite selections."""
+
+    loaded: dict[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    selections: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+    def add(self, rid: str, run_dir: Path, prefix: str) -> None:
+        if not run_dir.is_dir():
+            self.reasons.append(f"{prefix}run directory {run_dir} does not exist (see --reports-dir)")
+            return
+        try:
+            outcomes, manifest = _load_run(run_dir)
+        except (FileNotFoundError, ValueError) as exc:
+            self.reasons.append(f"{prefix}{exc}")
+            return
+        self.loaded[rid] = (outcomes, manifest)
+        self.reasons += [prefix + r for r in _run_reasons(outcomes, manifest)]
+        tests = [t for t in outcomes.get("tests", []) if isinstance(t, dict)]
+        for suite in {str(t.get("suite")) for t in tests}:
+            self.selections.setdefault(suite, []).append(dict(outcomes.get("selection") or {}))
+        for t in tests:
+            prev = self.tests.get(str(t.get("nodeid")))
+            if prev is None or prev.get("outcome") == "passed":
+                self.tests[str(t.get("nodeid"))] = t
+
+
+def _record(
+    runs: Sequence[str], tag: str, got: _Runs, config: ReleaseConfig, scope: Scope, reports_dir: Path | None
+) -> dict[str, Any]:
+    """The mark's JSON body."""
+    tests = list(got.tests.values())
+    counts: dict[str, int] = {}
+    for t in tests:
+        counts[str(t.get("outcome"))] = counts.get(str(t.get("outcome")), 0) + 1
+    with_results = [r for r in runs if (_reports(reports_dir) / r / "results.jsonl").is_file()] or list(runs)
+    main_run = with_results[0]
+    manifest = got.loaded[main_run][1]
+    backends = (manifest.get("settings") or {}).get("backends") or []
+    suites: dict[str, dict[str, int]] = {}
+    for t in tests:
+        c = suites.setdefault(str(t.get("suite")), {})
+        c[str(t.get("outcome"))] = c.get(str(t.get("outcome")), 0) + 1
+    record: dict[str, Any] = {
+        "tag": tag,
+        "verdict": "release",
+        "marked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run_id": runs[0] if len(runs) == 1 else list(runs),
+        "required_suites": list(config.required_suites),
+        "scope": scope.name,
+        "scope_description": scope.description,
+        "accepted_skips": accepted_skips(tests, config, scope),
+        "not_applicable": {
+            nodeid: why
+            for rid in runs
+            for nodeid, why in ((got.loaded[rid][0].get("selection") or {}).get("not_applicable") or {}).items()
+        },
+        "selection": {rid: got.loaded[rid][0].get("selection") for rid in runs},
+        "suites": suites,
+        "counts": counts,
+        "manifest": manifest,
+        "figures": _figures(_reports(reports_dir) / main_run, str(backends[0]) if backends else None),
+    }
+    if len(runs) > 1:
+        record["manifests"] = {rid: got.loaded[rid][1] for rid in runs}
+        record["figures_run"] = main_run
+    return record
+
+
 def mark(
-    run_id: str | Sequence[str],
+    run_id: str | Sequence[str] | None,
     tag: str,
     *,
     reports_dir: Path | None = None,
@@ -360,88 +503,100 @@ def mark(
     """Write ``releases/<tag>.json`` for one run (or several runs judged together, e.g. the acceptance and
     the unit session of one CI job) or raise :class:`ReleaseRefused` with every reason.
 
+    ``run_id`` ``None`` (or empty): the latest runs of the required suites (:func:`latest_runs`).
     ``scope`` names a ``[release.scopes.*]`` table of ``release.toml`` (default: its ``default_scope``).
     """
-    runs = [run_id] if isinstance(run_id, str) else list(run_id)
-    shown = "+".join(runs)
+    if not run_id:
+        runs = latest_runs(_reports(reports_dir), config)
+    else:
+        runs = [run_id] if isinstance(run_id, str) else list(run_id)
+    shown = "+".join(runs) or "(none)"
     try:
         the_scope = config.scope(scope)
     except ValueError as exc:
         raise ReleaseRefused(shown, tag, [str(exc)]) from None
-    if not runs:
-        raise ReleaseRefused(shown, tag, ["no run given (--run RUN_ID)"])
-    if not _TAG.match(tag):
-        raise ReleaseRefused(
-            shown,
-            tag,
-            [f"tag {tag!r} is not a file-name-safe name (letters, digits, . _ + -; starting with a letter or digit)"],
-        )
     out = _release_dir(reports_dir) / f"{tag}.json"
-    if out.exists() and not force:
-        raise ReleaseRefused(shown, tag, [f"release {tag!r} already exists ({out}); pick another tag or --force"])
-    reasons: list[str] = []
-    tests: dict[str, dict[str, Any]] = {}
-    selections: dict[str, list[dict[str, Any]]] = {}
-    loaded: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    problems = _check_request(runs, tag, out, force)
+    if problems:
+        raise ReleaseRefused(shown, tag, problems, scope=the_scope.name)
+    got = _Runs()
     for rid in runs:
-        prefix = f"run {rid}: " if len(runs) > 1 else ""
-        run_dir = _reports(reports_dir) / rid
-        if not run_dir.is_dir():
-            reasons.append(f"{prefix}run directory {run_dir} does not exist (see --reports-dir)")
-            continue
-        try:
-            outcomes, manifest = _load_run(run_dir)
-        except (FileNotFoundError, ValueError) as exc:
-            reasons.append(f"{prefix}{exc}")
-            continue
-        loaded[rid] = (outcomes, manifest)
-        reasons += [prefix + r for r in _run_reasons(outcomes, manifest)]
-        ran = {str(t.get("suite")) for t in outcomes.get("tests", []) if isinstance(t, dict)}
-        for suite in ran:
-            selections.setdefault(suite, []).append(dict(outcomes.get("selection") or {}))
-        for t in outcomes.get("tests", []):
-            if not isinstance(t, dict):
-                continue
-            prev = tests.get(str(t.get("nodeid")))
-            if prev is None or prev.get("outcome") == "passed":  # a test run twice must pass both times
-                tests[str(t.get("nodeid"))] = t
-    suites, test_reasons = judge_tests(list(tests.values()), config, scope=the_scope, selections=selections)
-    if loaded:  # with no readable run, the run problems above are the whole story
-        reasons += test_reasons
+        got.add(rid, _reports(reports_dir) / rid, f"run {rid}: " if len(runs) > 1 else "")
+    _, test_reasons = judge_tests(list(got.tests.values()), config, scope=the_scope, selections=got.selections)
+    reasons = got.reasons + (test_reasons if got.loaded else [])  # with no readable run, its problems are all
     if reasons:
-        raise ReleaseRefused(shown, tag, reasons)
-    counts: dict[str, int] = {}
-    for t in tests.values():
-        counts[str(t.get("outcome"))] = counts.get(str(t.get("outcome")), 0) + 1
-    with_results = [r for r in runs if (_reports(reports_dir) / r / "results.jsonl").is_file()] or runs
-    main_run = with_results[0]
-    manifest = loaded[main_run][1]
-    backends = (manifest.get("settings") or {}).get("backends") or []
-    record = {
-        "tag": tag,
-        "verdict": "release",
-        "marked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "run_id": runs[0] if len(runs) == 1 else runs,
-        "required_suites": list(config.required_suites),
-        "scope": the_scope.name,
-        "scope_description": the_scope.description,
-        "accepted_skips": accepted_skips(list(tests.values()), config, the_scope),
-        "not_applicable": {
-            nodeid: why
-            for rid in runs
-            for nodeid, why in ((loaded[rid][0].get("selection") or {}).get("not_applicable") or {}).items()
-        },
-        "selection": {rid: loaded[rid][0].get("selection") for rid in runs},
-        "suites": suites,
-        "counts": counts,
-        "manifest": manifest,
-        "figures": _figures(_reports(reports_dir) / main_run, str(backends[0]) if backends else None),
-    }
-    if len(runs) > 1:
-        record["manifests"] = {rid: loaded[rid][1] for rid in runs}
-        record["figures_run"] = main_run
+        raise ReleaseRefused(shown, tag, reasons, scope=the_scope.name)
+    record = _record(runs, tag, got, config, the_scope, reports_dir)
     atomic_write_text(out, json.dumps(scrub(record), indent=2, sort_keys=True, default=str) + "\n")
     return out
+
+
+def _signature(selection: Mapping[str, Any]) -> str:
+    """Which kind of session a run of a suite was: its -m expression (the inner loop vs the slow phase)."""
+    return str(selection.get("markexpr") or "")
+
+
+def _full_suite_run(selection: Mapping[str, Any], suite: str) -> bool:
+    """Whether a run selected the whole suite (no -k, no sub-path): a debugging run of one file never
+    stands in for the suite's release run."""
+    if selection.get("keyword") or selection.get("lf"):
+        return False
+    for arg in selection.get("paths", selection.get("args")) or []:
+        path = str(arg).split("::", 1)[0].replace("\\", "/").strip("/")
+        if path.startswith(f"{suite}/") and path != suite:
+            return False
+    return True
+
+
+def _suite_total(selection: Mapping[str, Any], suite: str) -> int:
+    """How many tests of ``suite`` the run found: collected + deselected + the plugin's not-applicable ones."""
+    collected = (selection.get("collected") or {}).get(suite, 0)
+    deselected = (selection.get("deselected") or {}).get(suite, 0)
+    na = [n for n in (selection.get("not_applicable") or {}) if suite_of(n) == suite]
+    return int(collected or 0) + int(deselected or 0) + len(na)
+
+
+def _finished_runs(reports: Path) -> list[tuple[float, str, dict[str, Any]]]:
+    """(written time, run id, outcomes) of every run with a complete ``outcomes.json``, newest first."""
+    found: list[tuple[float, str, dict[str, Any]]] = []
+    for path in reports.glob("*/outcomes.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("tests"), list):
+            found.append((float(data.get("written") or path.stat().st_mtime), path.parent.name, data))
+    return sorted(found, key=lambda f: f[0], reverse=True)
+
+
+def latest_runs(reports: Path, config: ReleaseConfig) -> list[str]:
+    """The runs a mark without ``--run`` judges: per required suite, its newest run that selected the whole
+    suite, plus the newest run of each other ``-m`` selection of it (the README's inner loop and its slow
+    phase) when the newest one alone did not run the suite in full.  Newest means newest, green or not: an
+    older green run never hides a newer red one."""
+    runs: list[str] = []
+    finished = _finished_runs(reports)
+    for suite in config.required_suites:
+        mine = [
+            (rid, data)
+            for _, rid, data in finished
+            if any(t.get("suite") == suite for t in data["tests"] if isinstance(t, dict))
+            and _full_suite_run(data.get("selection") or {}, suite)
+        ]
+        whole = max((_suite_total(d.get("selection") or {}, suite) for _, d in mine), default=0)
+        newest: dict[str, tuple[str, dict[str, Any]]] = {}
+        for rid, data in mine:  # a run that found fewer tests of the suite than another selected only part of it
+            sel = data.get("selection") or {}
+            if _suite_total(sel, suite) >= whole:
+                newest.setdefault(_signature(sel), (rid, data))
+        if not newest:
+            continue
+        ordered = list(newest.values())  # newest first (dicts keep insertion order)
+        first_sel = ordered[0][1].get("selection") or {}
+        alone = not (first_sel.get("deselected") or {}).get(suite) and not first_sel.get("markexpr")
+        picked = ordered[:1] if alone else ordered
+        runs += [rid for rid, _ in picked if rid not in runs]
+    return runs
 
 
 def list_releases(reports_dir: Path | None = None) -> list[dict[str, Any]]:

@@ -3,8 +3,8 @@
 :func:`secret_values` collects the values of this process's secret-named environment variables (and of
 any extra ``KEY=VALUE`` pairs, e.g. ``--sskj-env``); :func:`scrub` walks dicts, lists and strings,
 replaces string values under secret-looking keys (``HF_TOKEN``, ``ssh_identity``, ``api_key``) with
-:data:`~pytest_sskj.report.redact.REDACTED` and scrubs every string with
-:func:`~pytest_sskj.report.redact.redact_text`.  Every writer of :mod:`pytest_sskj.report` goes through it.
+:data:`~pytest_sskj.redact.REDACTED` and scrubs every string with
+:func:`~pytest_sskj.redact.redact_text`.  Every writer of :mod:`pytest_sskj.report` goes through it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from pytest_sskj.report.redact import REDACTED, is_secret_name, redact_text, secret_arg_values
+from pytest_sskj.redact import REDACTED, is_secret_name, redact_text, secret_arg_values
 
 __all__ = ["SecretSource", "scrub", "scrub_text", "secret_values", "settings_secrets"]
 

@@ -475,6 +475,9 @@ def render_summary(
             ["Kind", "Subject", "Result", "Details"],
             ([v.get("kind", "?"), _subject(v), _verdict_word(v), v.get("message", "")] for v in verdicts),
         )
+    from pytest_sskj.report.conclusions import conclusion_lines  # the run's computed conclusions (h1-twin)
+
+    lines += conclusion_lines(rows, verdicts, settings)
     lines += _section_lines(verdicts)
     lines += _search_and_gate_lines(verdicts)
     if plots:

@@ -17,7 +17,6 @@ should not use xdist (workers would launch on the same GPUs).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -31,7 +30,6 @@ import pytest
 
 from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import ServerCrashed
-from pytest_sskj.gpu.serving import server_prelaunch
 from pytest_sskj.server.launcher import Launcher
 from pytest_sskj.server.logscan import Finding, LogMark
 from pytest_sskj.server.pool import RunningServer, ServerPool
@@ -58,20 +56,9 @@ def _worker_tag(config: pytest.Config) -> str:
 
 def _launcher_factory(settings: Settings, worker: str = "") -> Callable[[], Launcher]:
     def make() -> Launcher:
-        from pytest_sskj.server.launcher import LAUNCHERS, get_launcher
+        from pytest_sskj.server.launcher import launcher_class
 
-        if settings.launcher == "local":
-            tag = f"-{worker}" if worker else ""
-            state = settings.reports_dir / ".cache" / "reaper" / f"{settings.run_id}{tag}.json"
-            return get_launcher("local", reaper_state=state)
-        module, _, name = LAUNCHERS[settings.launcher].partition(":")
-        cls = getattr(importlib.import_module(module), name)
-        from_settings = getattr(cls, "from_settings", None)
-        if callable(from_settings):  # the launcher reads its connection settings itself
-            launcher = from_settings(settings)
-            assert isinstance(launcher, Launcher)
-            return launcher
-        return get_launcher(settings.launcher, settings=settings)
+        return launcher_class(settings.launcher).from_settings(settings, worker=worker)
 
     return make
 
@@ -92,12 +79,15 @@ def get_pool(config: pytest.Config) -> ServerPool:
         model_cache_dir=settings.reports_dir / ".cache" / "models",
         commands_for=lambda spec: config.hook.pytest_sskj_server_commands(config=config, spec=spec),
         name_tag=tag,
-        prelaunch=server_prelaunch(config),
+        prelaunch=config.hook.pytest_sskj_server_prelaunch(config=config),
     )
     new_pool = pool
     pool.on_started = lambda server: _record_engine_facts(config, new_pool, server)
     extra[_POOL] = pool
     _install_sigterm(config, pool)
+    from pytest_sskj.interrupts import INTERRUPT_GRACE_S, on_interrupt
+
+    on_interrupt(config, lambda: setattr(pool, "stop_timeout_s", min(pool.stop_timeout_s, INTERRUPT_GRACE_S)))
     return pool
 
 
@@ -180,6 +170,9 @@ def _install_sigterm(config: pytest.Config, pool: ServerPool) -> None:
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         try:
+            from pytest_sskj.interrupts import INTERRUPT_GRACE_S
+
+            pool.stop_timeout_s = min(pool.stop_timeout_s, INTERRUPT_GRACE_S)  # interrupted: nothing to wait for
             report = pool.close()
             capman = config.pluginmanager.getplugin("capturemanager")
             if capman is not None:  # the line must reach the real stderr, not a test's capture buffer

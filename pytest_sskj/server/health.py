@@ -112,38 +112,16 @@ def wait_healthy(
     probes = 0
     interval = poll_s
     while True:
-        dead = _died(handles)
-        if dead is not None:
-            others = [h for h in handles if h is not dead]
-            msg = describe_exit(f"{label}: {dead.node} rank {dead.rank}", dead.poll(), dead.log_path)
-            if oracle is not None:
-                fatal = oracle.fatal(oracle.scan(final=True)) or oracle.fatal()
-                if fatal:
-                    msg += "\n  log oracle: " + "; ".join(f.describe() for f in fatal[:3])
-            raise ServerLaunchError(
-                f"{msg}\n  it exited before {engine} became healthy "
-                f"({time.perf_counter() - start:.1f} s after launch)"
-                + (f"; other ranks:\n{_evidence(others, 5)}" if others else "")
-            )
-        if oracle is not None:
-            fatal = oracle.fatal(oracle.scan())
-            if fatal:
-                f = fatal[0]
-                raise ServerLaunchError(
-                    f"{label}: fatal log signature on {f.node} rank {f.rank} before the server became healthy "
-                    f"({f.category}: {f.line})\n  excerpt ({f.path}:{f.line_no}):\n"
-                    + "\n".join(f"    | {line}" for line in f.excerpt.splitlines())
-                )
+        _refuse_dead(engine, label, handles, oracle, start)
         for i, src in enumerate(urls):
             if healthy[i]:
                 continue
             if resolved[i] is None and callable(src):
                 resolved[i] = src()
-                if resolved[i] is None:
-                    last[i] = "the server has not printed its address yet"
-                    continue
             url = resolved[i]
-            assert url is not None
+            if url is None:
+                last[i] = "the server has not printed its address yet"
+                continue
             status, detail = probe(url, path, min(probe_timeout_s, max(0.1, deadline - time.perf_counter())))
             probes += 1
             healthy[i] = status == 200
@@ -163,3 +141,31 @@ def wait_healthy(
             )
         time.sleep(min(interval, max(0.0, deadline - now)))
         interval = min(max_poll_s, interval * 1.5)
+
+
+def _refuse_dead(
+    engine: str, label: str, handles: Sequence[ProcessHandle], oracle: LogOracle | None, start: float
+) -> None:
+    """Raise :class:`ServerLaunchError` when a rank exited or a fatal log signature appeared before health."""
+    dead = _died(handles)
+    if dead is not None:
+        others = [h for h in handles if h is not dead]
+        msg = describe_exit(f"{label}: {dead.node} rank {dead.rank}", dead.poll(), dead.log_path)
+        if oracle is not None:
+            fatal = oracle.fatal(oracle.scan(final=True)) or oracle.fatal()
+            if fatal:
+                msg += "\n  log oracle: " + "; ".join(f.describe() for f in fatal[:3])
+        raise ServerLaunchError(
+            f"{msg}\n  it exited before {engine} became healthy "
+            f"({time.perf_counter() - start:.1f} s after launch)"
+            + (f"; other ranks:\n{_evidence(others, 5)}" if others else "")
+        )
+    if oracle is not None:
+        fatal = oracle.fatal(oracle.scan())
+        if fatal:
+            f = fatal[0]
+            raise ServerLaunchError(
+                f"{label}: fatal log signature on {f.node} rank {f.rank} before the server became healthy "
+                f"({f.category}: {f.line})\n  excerpt ({f.path}:{f.line_no}):\n"
+                + "\n".join(f"    | {line}" for line in f.excerpt.splitlines())
+            )

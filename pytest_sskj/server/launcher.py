@@ -1,4 +1,11 @@
-"""The ``Launcher`` protocol: how a :class:`~pytest_sskj.server.spec.NodeCommand` becomes a process on a node.
+"""The ``Launcher`` seam: how a :class:`~pytest_sskj.server.spec.NodeCommand` becomes a process on a node.
+
+This file lists everything the callers (the server pool, the deployment pool, the GPU pre-flight, the
+fixtures) use of a launcher and of the handle it returns; nothing else is asked of one:
+
+* :class:`LauncherClass` -- ``from_settings(settings, worker=...)`` builds a launcher for a session;
+* :class:`Launcher` -- ``kind``, ``start``, ``start_many``, ``address``, ``run``, ``leftover_pids``, ``close``;
+* :class:`ProcessHandle` -- ``node``, ``rank``, ``log_path``, ``log_offset``, ``poll``, ``pids``, ``terminate``.
 
 Two kinds implement it: ``local`` (:mod:`pytest_sskj.server.local`, a subprocess in its own session on
 this machine) and ``ssh`` (:mod:`pytest_sskj.server.ssh`, one rank per node over OpenSSH).  Both log
@@ -12,12 +19,15 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.server.spec import NodeCommand
 
-__all__ = ["LAUNCHERS", "CommandResult", "Launcher", "ProcessHandle", "get_launcher"]
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
+
+__all__ = ["LAUNCHERS", "CommandResult", "Launcher", "LauncherClass", "ProcessHandle", "get_launcher", "launcher_class"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,8 @@ class ProcessHandle(Protocol):
     rank: int
     log_path: Path
     """Local file that receives the process's stdout and stderr (streamed back for remote nodes)."""
+    log_offset: int
+    """Byte offset in ``log_path`` where this process's output starts (the file may hold an earlier run's)."""
 
     def poll(self) -> int | None:
         """Exit code once the process has exited, else ``None``."""
@@ -62,12 +74,33 @@ class Launcher(Protocol):
         """Start ``cmd`` on ``cmd.node`` with its env; its output goes to ``log_path``."""
         ...
 
+    def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> Sequence[ProcessHandle]:
+        """Start several ranks (``(command, log path)`` pairs), in order; a remote launcher opens its
+        connections in parallel.  A failure stops what was already started and raises."""
+        ...
+
+    def address(self, node: str) -> str:
+        """The host a URL or a dist-init address uses for ``node`` (ssh: its ``HostName``; local: ``node``)."""
+        ...
+
     def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
         """Run a short command on ``node`` and wait for it."""
         ...
 
+    def leftover_pids(self) -> dict[str, list[int]]:
+        """Live PIDs of every process tree this launcher started, by ``node/rank`` (empty: all gone)."""
+        ...
+
     def close(self) -> None:
         """Release launcher resources (connections); processes are stopped through their handles."""
+        ...
+
+
+class LauncherClass(Protocol):
+    """A launcher implementation: builds its launcher for a session from the resolved settings."""
+
+    def from_settings(self, settings: Settings, *, worker: str = "") -> Launcher:
+        """The session's launcher (``worker``: the xdist worker or deployment group it serves, for file names)."""
         ...
 
 
@@ -77,15 +110,21 @@ LAUNCHERS: dict[str, str] = {
 }
 
 
-def get_launcher(kind: str, **options: object) -> Launcher:
-    """Instantiate the launcher ``kind`` (``local`` or ``ssh``) with keyword ``options``."""
+def launcher_class(kind: str) -> LauncherClass:
+    """The implementation of launcher ``kind`` (``local`` or ``ssh``); an unknown name lists the known kinds."""
     try:
         target = LAUNCHERS[kind]
     except KeyError:
         raise LauncherError(f"unknown launcher {kind!r}; known launchers: {', '.join(LAUNCHERS)}") from None
     module, _, name = target.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    launcher = cls(**options)
+    cls: LauncherClass = getattr(importlib.import_module(module), name)  # a module attribute named by LAUNCHERS
+    return cls
+
+
+def get_launcher(kind: str, **options: object) -> Launcher:
+    """Instantiate the launcher ``kind`` (``local`` or ``ssh``) with keyword ``options``."""
+    cls = launcher_class(kind)
+    launcher = cls(**options)  # type: ignore[operator]
     if not isinstance(launcher, Launcher):  # pragma: no cover - defensive
-        raise LauncherError(f"{target} does not implement the Launcher protocol")
+        raise LauncherError(f"{LAUNCHERS[kind]} does not implement the Launcher protocol")
     return launcher

@@ -14,15 +14,18 @@ import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_sskj.errors import LauncherError
+from pytest_sskj.nodes import is_local_node
 from pytest_sskj.server.launcher import CommandResult
 from pytest_sskj.server.process import ManagedProcess, Reaper, communicate_or_kill
 from pytest_sskj.server.spec import NodeCommand
 
-__all__ = ["LocalLauncher", "LocalProcess"]
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
 
-_LOCAL_NAMES = ("local", "localhost", "127.0.0.1", "::1")
+__all__ = ["LocalLauncher", "LocalProcess"]
 
 
 class LocalProcess:
@@ -65,10 +68,14 @@ class LocalLauncher:
         self.reaper = Reaper(reaper_state) if reaper_state is not None else None
         """With ``reaper_state``, a watchdog stops every started tree should this process die first."""
 
-    def _check_node(self, node: str) -> None:
-        import socket
+    @classmethod
+    def from_settings(cls, settings: Settings, *, worker: str = "") -> LocalLauncher:
+        """The session's local launcher, with a reaper watchdog whose state file is named by run and worker."""
+        tag = f"-{worker}" if worker else ""
+        return cls(reaper_state=settings.reports_dir / ".cache" / "reaper" / f"{settings.run_id}{tag}.json")
 
-        if node not in _LOCAL_NAMES and node != socket.gethostname():
+    def _check_node(self, node: str) -> None:
+        if not is_local_node(node):
             raise LauncherError(
                 f"the local launcher runs commands on this machine only, but the command is for node {node!r}; "
                 "use --launcher ssh for remote nodes"
@@ -95,6 +102,22 @@ class LocalLauncher:
         if self.reaper is not None:
             self.reaper.register(proc)
         return handle
+
+    def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> list[LocalProcess]:
+        """Start every ``(command, log path)`` in order; a failure stops what was already started."""
+        out: list[LocalProcess] = []
+        try:
+            for cmd, log_path in items:
+                out.append(self.start(cmd, log_path))
+        except BaseException:
+            for h in out:
+                h.terminate(5.0)
+            raise
+        return out
+
+    def address(self, node: str) -> str:
+        """A local node is reached under its own name (URLs of local nodes use ``127.0.0.1``)."""
+        return node
 
     def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
         """Run a short command here and wait for it (its own session; killed whole on timeout)."""
@@ -131,6 +154,6 @@ class LocalLauncher:
 
 def _secrets_of(cmd: NodeCommand) -> tuple[str, ...]:
     """Secret values of a command (``--api-key V`` style arguments, secret-named environment values)."""
-    from pytest_sskj.report.redact import is_secret_name, secret_arg_values
+    from pytest_sskj.redact import is_secret_name, secret_arg_values
 
     return (*secret_arg_values(cmd.argv), *(v for k, v in cmd.env if is_secret_name(k) and v))

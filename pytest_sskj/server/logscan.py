@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pytest_sskj.engines import DEFAULT_ENGINE, ENGINES, get_engine
 from pytest_sskj.engines.base import CATEGORIES, SEVERITIES, Signature, sig
-from pytest_sskj.report.redact import redact_text
+from pytest_sskj.redact import redact_text
 
 __all__ = [
     "CATEGORIES",

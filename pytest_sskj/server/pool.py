@@ -24,7 +24,8 @@ from typing import Any
 
 from pytest_sskj.engines import get_engine, node_commands
 from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
-from pytest_sskj.report.redact import is_secret_name, redact_text, secret_arg_values
+from pytest_sskj.nodes import is_local_node, node_url
+from pytest_sskj.redact import is_secret_name, redact_text, secret_arg_values, url_without_userinfo
 from pytest_sskj.server.health import address_from_log, wait_healthy
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
@@ -110,6 +111,13 @@ class RunningServer:
         return {_rank_key(h.node, h.rank): h.pids() for h in self.handles}
 
     # -- server info ---------------------------------------------------------------------------------
+    def config_problems(self) -> list[str]:
+        """Ask the server *now* what it runs against its spec (``Engine.live_config_problems``); an external
+        server is not checked."""
+        if self.external or not self.urls:
+            return []
+        return get_engine(self.spec.engine).live_config_problems(self.spec, self.urls[0].rstrip("/"))
+
     def server_info(self) -> dict[str, Any] | None:
         """Rank 0's effective config for engines whose pool verifies it (``Engine.verifies_config_at_start``:
         SGLang's ``/server_info``), else ``None``; cached once read."""
@@ -181,7 +189,8 @@ class ServerPool:
         self._launcher: Launcher | None = None
         self.health_timeout_s = health_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.target_url = target_url.rstrip("/") if target_url else None
+        # userinfo is sent by nothing (the client never authenticates with it): dropped, so no record holds it
+        self.target_url = url_without_userinfo(target_url).rstrip("/") if target_url else None
         self.model_cache_dir = model_cache_dir or log_dir / ".models"
         self.commands_for = commands_for
         self.verify = verify_server_info
@@ -305,18 +314,11 @@ class ServerPool:
         return running
 
     def _spawn(self, items: list[tuple[NodeCommand, Path]], server: RunningServer) -> list[ProcessHandle]:
-        """Start every rank; a launcher with ``start_many`` (ssh) opens its connections in parallel."""
-        start_many = getattr(self.launcher, "start_many", None)
-        if callable(start_many) and len(items) > 1:
-            handles = list(start_many(items))
-            self.launched.extend(handles)
-            server.handles.extend(handles)
-            return handles
-        for cmd, log_path in items:
-            handle = self.launcher.start(cmd, log_path)
-            self.launched.append(handle)
-            server.handles.append(handle)
-        return list(server.handles)
+        """Start every rank (``Launcher.start_many``: ssh opens its connections in parallel)."""
+        handles = [self.launcher.start(*items[0])] if len(items) == 1 else list(self.launcher.start_many(items))
+        self.launched.extend(handles)
+        server.handles.extend(handles)
+        return handles
 
     def _terminate(self, handles: Sequence[ProcessHandle]) -> None:
         """Stop every rank's tree, all ranks at once (a remote terminate is a round trip per rank)."""
@@ -332,10 +334,9 @@ class ServerPool:
                 fut.result()
 
     def _address(self, node: str) -> str:
-        """The host for a node's URL: the launcher's resolution (ssh ``HostName``) when it has one."""
+        """The host the launcher reaches ``node`` at (ssh ``HostName``), cached per node."""
         if node not in self._addresses:
-            resolve = getattr(self.launcher, "address", None)
-            self._addresses[node] = str(resolve(node)) if callable(resolve) else node
+            self._addresses[node] = self.launcher.address(node)
         return self._addresses[node]
 
     def _effective(self, spec: ServerSpec) -> ServerSpec:
@@ -352,19 +353,17 @@ class ServerPool:
         return list(cmds) if cmds else node_commands(spec)
 
     def _url(self, cmd: NodeCommand, log_path: Path, offset: int) -> str | Callable[[], str | None]:
-        local = cmd.node in ("local", "localhost")
         if cmd.port == 0:  # the server bound a free port and printed its address
 
             def printed() -> str | None:
                 url = address_from_log(log_path, offset)
-                if url is None or local:
+                if url is None or is_local_node(cmd.node):
                     return url
                 port = url.rsplit(":", 1)[1]
-                return f"http://{self._address(cmd.node)}:{port}"  # a remote server prints its bind address
+                return node_url(cmd.node, int(port), self._address)  # a remote server prints its bind address
 
             return printed
-        host = "127.0.0.1" if local else self._address(cmd.node)
-        return f"http://{'[' + host + ']' if ':' in host else host}:{cmd.port}"
+        return node_url(cmd.node, cmd.port, self._address)
 
     def _start(self, spec: ServerSpec) -> RunningServer:
         eff = self._effective(spec)
@@ -414,7 +413,7 @@ class ServerPool:
         try:
             for cmd, handle in zip(cmds, self._spawn(items, server), strict=True):
                 server.log_paths[_rank_key(cmd.node, cmd.rank)] = handle.log_path
-                offset = int(getattr(handle, "log_offset", 0))
+                offset = handle.log_offset
                 oracle.add(handle.log_path, cmd.node, cmd.rank, offset=offset)
                 if cmd.serves_http:
                     urls.append(self._url(cmd, handle.log_path, offset))

@@ -148,6 +148,13 @@ class ManagedProcess:
         self.secrets = tuple(s for s in secrets if s)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        from pytest_sskj.server.secret_argv import hide_secret_args
+
+        # secret arguments go through a private file (or the environment), never the visible command line
+        launch = hide_secret_args(self.argv, log_path.parent / ".private")
+        self.private_file = launch.private_file
+        if launch.env:
+            env = {**(os.environ if env is None else env), **dict(launch.env)}
         self._known: dict[int, float | None] = {}
         self._done = False
         with log_path.open("ab") as log:
@@ -155,7 +162,7 @@ class ManagedProcess:
             """Size of the log before this process wrote to it (a reused log file is appended to)."""
             # the child keeps its own copy of the descriptor; ours is closed right away
             self.popen = subprocess.Popen(
-                list(self.argv),
+                list(launch.argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if self.secrets else log,
                 stderr=subprocess.STDOUT,
@@ -174,7 +181,7 @@ class ManagedProcess:
 
     def _pump(self) -> None:
         """Copy the child's output line by line into the log, secret values redacted, flushing every line."""
-        from pytest_sskj.report.redact import redact_text
+        from pytest_sskj.redact import redact_text
 
         assert self.popen.stdout is not None
         with self.log_path.open("ab") as log:
@@ -197,7 +204,16 @@ class ManagedProcess:
         """Exit code of the top process once it has exited (reaped), else ``None``."""
         if self.popen.returncode is None:
             self.pids()  # learn about children while the parent is still there
-        return self.popen.poll()
+        rc = self.popen.poll()
+        if rc is not None:
+            self._drop_private_file()
+        return rc
+
+    def _drop_private_file(self) -> None:
+        """The private argv file is deleted by the child as it starts; this covers a child that died first."""
+        if self.private_file is not None:
+            self.private_file.unlink(missing_ok=True)
+            self.private_file = None
 
     @property
     def returncode(self) -> int | None:
@@ -268,6 +284,7 @@ class ManagedProcess:
         Returns the top process's exit code (negative signal number when killed by a signal).
         """
         deadline = time.perf_counter() + timeout_s
+        self._drop_private_file()
         left = self.pids()
         if left and timeout_s > 0 and self._leader_first(deadline - timeout_s / 2):
             left = self.pids()

@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Sequence
 
 from pytest_sskj.errors import LauncherError
-from pytest_sskj.report.redact import is_secret_flag, redact_argv
+from pytest_sskj.redact import is_secret_flag, redact_argv
 from pytest_sskj.server.spec import NodeCommand
 
 __all__ = ["bootstrap_script", "pids_script", "resume_script", "state_script", "terminate_script"]

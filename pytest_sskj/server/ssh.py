@@ -30,10 +30,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_sskj.errors import LauncherError
-from pytest_sskj.report.redact import is_secret_name, redact_argv, redact_text, secret_arg_values
+from pytest_sskj.redact import is_secret_name, redact_argv, redact_text, secret_arg_values
 from pytest_sskj.server.launcher import CommandResult
 from pytest_sskj.server.process import communicate_or_kill
 from pytest_sskj.server.remote_sh import (
@@ -44,6 +44,9 @@ from pytest_sskj.server.remote_sh import (
     terminate_script,
 )
 from pytest_sskj.server.spec import NodeCommand
+
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
 
 __all__ = [
     "RemoteState",
@@ -139,6 +142,8 @@ class SshProcess:
         self.rank = cmd.rank
         self.command = cmd
         self.log_path = log_path
+        self.log_offset = 0
+        """The streamed copy of the remote log holds this rank's output only."""
         self.state_dir = state_dir
         self.remote_pid: int | None = None
         self._launcher = launcher
@@ -338,7 +343,7 @@ class SshLauncher:
         remote_root: str = "/tmp",
         secrets: Iterable[str] = (),
         start_timeout_s: float | None = None,
-        settings: Any = None,
+        settings: Settings | None = None,
         **options: Any,
     ) -> None:
         if settings is not None and ssh is None:
@@ -361,8 +366,9 @@ class SshLauncher:
         self._count = 0
 
     @classmethod
-    def from_settings(cls, settings: Any, **kw: Any) -> SshLauncher:
-        return cls(ssh=ssh_options_from_settings(settings), **kw)
+    def from_settings(cls, settings: Settings, *, worker: str = "") -> SshLauncher:
+        """The session's ssh launcher: connection options from the settings (``worker`` names nothing remote)."""
+        return cls(ssh=ssh_options_from_settings(settings))
 
     # -- Launcher ------------------------------------------------------------------------------------------
     def start(self, cmd: NodeCommand, log_path: Path) -> SshProcess:
@@ -524,17 +530,16 @@ class SshLauncher:
         return CommandResult(node, proc.returncode, out, redact_text(err, self.secrets))
 
 
-def ssh_options_from_settings(settings: Any) -> SshOptions:
+def ssh_options_from_settings(settings: Settings) -> SshOptions:
     """:class:`SshOptions` from :class:`~pytest_sskj.settings.Settings` (``-p`` only when set explicitly)."""
-    sources = getattr(settings, "sources", {}) or {}
-    src = sources.get("ssh_port")
+    src = settings.sources.get("ssh_port")
     port = None if src == "default" or (src is None and settings.ssh_port == 22) else settings.ssh_port
     return SshOptions(
         user=settings.ssh_user,
         port=port,
         identity=settings.ssh_identity,
         options=tuple(settings.ssh_options),
-        config_file=getattr(settings, "ssh_config", None),
+        config_file=settings.ssh_config,
     )
 
 

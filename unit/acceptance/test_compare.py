@@ -66,7 +66,7 @@ def test_users_representative_point_reads_like_their_table() -> None:
     assert msg.startswith("flashinfer_mxfp4 vs marlin: +1"), msg
     assert "% Input TPS (95 % CI +" in msg and "−" in msg and "TTFT P50" in msg and "TTFT P95" in msg, msg
     assert "beats marlin on Input TPS by more than 5 %" in msg, msg
-    assert v.as_dict()["method"].startswith("sskj-verdict/2"), "every verdict records its method version"
+    assert v.as_dict()["method"].startswith("sskj-verdict/3"), "every verdict records its method version"
 
 
 def test_pure_noise_is_inconclusive_not_a_pass_or_a_fail() -> None:

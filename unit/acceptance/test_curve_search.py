@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_sskj.acceptance.curve import build_curve
-from pytest_sskj.acceptance.search import judge, search, slo_view
+from pytest_sskj.acceptance.search import highest_met, judge, search, slo_view
 from pytest_sskj.slo import parse_slo
 
 SLO = parse_slo("ttft_p95_ms<3000,tpot_p95_ms<50")
@@ -97,6 +97,23 @@ def test_double_stops_at_saturation_or_slo_or_max() -> None:
     m3 = _server(capacity=1000)
     r3 = search("double", m3, SLO, osl=16, max_c=4)
     assert r3.best == 4 and "maximum C=4" in r3.stop_reason
+
+
+def test_the_answer_names_what_it_is_saturation_knee_or_slo_limit() -> None:
+    r = search("double", _server(capacity=1000, saturate_at=2), SLO, osl=16, max_c=256)
+    assert r.answer == "saturation" and "saturation knee" in r.message(), r.message()
+    assert "highest concurrency meeting the SLO" not in r.message(), r.message()
+    r2 = search("double", _server(capacity=20), SLO, osl=16, max_c=256)
+    assert r2.answer == "slo_limit" and r2.as_dict()["answer"] == "slo_limit"
+
+
+def test_highest_met_is_the_highest_concurrency_whose_every_repeat_met_the_slo() -> None:
+    def row(c: int, met: bool, status: str = "passed") -> dict[str, Any]:
+        return {"concurrency": c, "status": status, "slo_met": {"p95_ttft_ms<3000": met}}
+
+    rows = [row(8, True), row(16, True), row(16, True), row(32, True), row(32, False), row(64, True, "failed")]
+    assert highest_met(rows) == 16
+    assert highest_met([row(8, False)]) is None
 
 
 def test_broken_step_counts_as_a_miss() -> None:

@@ -63,3 +63,24 @@ def test_users_command_lists_36_points_6_comparisons_and_per_node_commands(pytes
     assert not (pytester.path / "reports").exists() or not list((pytester.path / "reports").rglob("points")), (
         "a dry run measures nothing"
     )
+
+
+def test_dry_run_prints_the_sequential_design_the_power_plan_and_unsupported_percentiles(
+    pytester: pytest.Pytester,
+) -> None:
+    common = ("-p", "no:cacheprovider", "--reports-dir", str(pytester.path / "reports"), "--requests", "40")
+    res = pytester.runpytest_inprocess(
+        str(ACCEPTANCE), *USERS_COMMAND, *common, "--sskj-max-repeats", "10", "--sskj-slo", "p99_ttft_ms<3000"
+    )
+    out = res.stdout.str()
+    assert "verdicts: group-sequential" in out and "looks after 3..10 repeats per side" in out, out
+    assert "plan: to decide 5 % at an assumed 3.0 % spread (90% power): 9 repeats per side" in out, out
+    assert "WARNING: SLO gate p99_ttft_ms: 40 requests per point cannot support a p99" in out, out
+    assert "use --requests 299 or more" in out, out
+    strict = pytester.runpytest_inprocess(
+        str(ACCEPTANCE), *USERS_COMMAND, *common, "--sskj-slo", "p99_ttft_ms<3000", "--sskj-percentile-strict"
+    )
+    assert strict.ret == 4, strict.stdout.str() + strict.stderr.str()
+    assert "use --requests 299 or more" in strict.stderr.str()
+    low = pytester.runpytest_inprocess(str(ACCEPTANCE), *USERS_COMMAND, *common, "--sskj-max-repeats", "2")
+    assert low.ret == 4 and "--sskj-max-repeats 2 is below --repeats 3" in low.stderr.str(), low.stderr.str()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sskj.acceptance.live import LiveLine, live_enabled, status_text
+from pytest_sskj.acceptance import live as live_mod
+from pytest_sskj.acceptance.live import LiveLine, live_enabled, log_enabled, log_text, status_text
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.summary import HEADER, summary_lines, table_lines
 
@@ -53,6 +54,39 @@ def test_live_line_is_quiet_when_not_a_tty_under_q_and_on_workers(pytester: pyte
     assert not live_enabled(pytester.parseconfigure("-q"), isatty=True)
     config.workerinput = {"workerid": "gw0"}  # type: ignore[attr-defined]
     assert not live_enabled(config, isatty=True)
+
+
+def test_off_a_tty_a_plain_progress_line_at_least_every_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: piped or in CI the rewritten line is invisible; a plain line names point, repeat, requests,
+    elapsed and ETA, once per interval (the clock is the test's, not the box's)."""
+    clock = [100.0]
+    monkeypatch.setattr(live_mod.time, "monotonic", lambda: clock[0])
+    w = Writer()
+    live = LiveLine(w, log=True, interval_s=10.0)
+    for t, done in ((101.0, 0), (105.0, 10), (111.0, 20), (112.0, 25), (121.5, 30), (121.6, 40)):
+        clock[0] = t
+        live.update(P, done, 40)
+    live.finish()
+    assert w.out == [
+        "\nsskj: progress flashinfer_mxfp4 chunk8192 C=8 r2/3: 20/40 requests, 10 s elapsed, ETA 10 s (session 11 s)\n",
+        "\nsskj: progress flashinfer_mxfp4 chunk8192 C=8 r2/3: 30/40 requests, 20 s elapsed, ETA 7 s (session 22 s)\n",
+    ], w.out
+
+
+def test_log_text_without_a_finished_request_has_no_eta_and_minutes_read_as_such() -> None:
+    assert log_text(P, 0, 40, 75.0, 3600.0).endswith("0/40 requests, 1m15s elapsed, ETA unknown (session 60m00s)")
+
+
+def test_plain_progress_lines_only_off_a_tty_on_the_controller_and_not_under_q(pytester: pytest.Pytester) -> None:
+    config = pytester.parseconfigure()
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    assert tr is not None
+    tr.isatty = False  # pytester's terminal is not a tty either way: set it both ways
+    assert log_enabled(config)
+    tr.isatty = True
+    assert not log_enabled(config)
+    tr.isatty = False
+    assert not log_enabled(pytester.parseconfigure("-q"))
 
 
 def _row(backend: str, tps: float, p50: float, p95: float, status: str = "passed") -> dict[str, object]:
@@ -185,3 +219,38 @@ def test_overhead_line_counts_server_starts_configurations_and_wall_vs_benchmark
         "every repeat is its own server run), 0 redundant; session wall 10.0 s vs 8.0 s"
     )
     assert ", 2 redundant;" in overhead_line(runs, {"a": 3, "b": 3}, 10.0), "a restart inside a repeat is redundant"
+
+
+def test_a_verdict_headline_is_one_short_line_naming_the_winner_the_delta_its_ci_and_the_point() -> None:
+    """Issue 27: each verdict was one ~780-character line; the terminal now shows one headline per verdict
+    (the long evidence is verdicts.txt in the run directory)."""
+    from pytest_sskj.acceptance.summary import headline, headline_lines
+
+    comparison = {
+        "kind": "comparison",
+        "passed": True,
+        "outcome": "better",
+        "candidate": "flashinfer_mxfp4",
+        "baseline": "marlin",
+        "chunk": 8192,
+        "concurrency": 8,
+        "metrics": [{"label": "Input TPS", "delta_pct": 11.04, "ci_low_pct": 9.81, "ci_high_pct": 12.07}],
+        "message": "x" * 800,
+    }
+    assert headline(comparison) == (
+        "PASS flashinfer_mxfp4 > marlin by +11.0 % Input TPS (CI +9.8..+12.1 %) at chunk 8192 C=8 [better]"
+    )
+    slo = {
+        "kind": "slo",
+        "passed": False,
+        "backend": "marlin",
+        "chunk": 8192,
+        "concurrency": 8,
+        "gates": [
+            {"metric": "p95_ttft_ms", "op": "<", "threshold": 3000, "value": v, "repeat": r}
+            for r, v in ((1, 2900.0), (2, 3120.0))
+        ],
+    }
+    assert headline(slo) == "FAIL SLO marlin at chunk 8192 C=8: worst of 2 repeat(s) p95_ttft_ms 3120.0 < 3000"
+    assert headline_lines([comparison, slo])[0].startswith("FAIL SLO"), "failures first"
+    assert all(len(line) <= 160 for line in headline_lines([comparison, slo, {"kind": "x", "message": "y" * 900}]))

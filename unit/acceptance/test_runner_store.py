@@ -41,6 +41,8 @@ class FakeServer:
     dead: threading.Event = field(default_factory=threading.Event)
     findings: list[FakeFinding] = field(default_factory=list)
     external: bool = True  # no config re-check over HTTP in these tests
+    commands: list[Any] = field(default_factory=list)
+    log_paths: dict[str, Path] = field(default_factory=dict)
 
     def mark(self) -> int:
         return 0
@@ -54,6 +56,9 @@ class FakeServer:
 
     def server_info(self) -> None:
         return None
+
+    def config_problems(self) -> list[str]:
+        return []
 
 
 class FakePool:
@@ -81,6 +86,7 @@ class FakeResult:
     metrics: dict[str, Any]
     failures: list[str] = field(default_factory=list)
     client_bound: bool = False
+    stalled: str | None = None
 
     @property
     def ok(self) -> bool:

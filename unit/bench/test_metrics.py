@@ -116,3 +116,16 @@ def test_all_failed_run_has_no_latency_values() -> None:
 def test_server_counts_take_precedence_over_client_counts() -> None:
     r = rec(0, 0.0, [(0.1, 1), (0.2, 1)], 0.2, ct=2, pt=None)
     assert r.output_tokens == 2 and r.input_tokens == 8, "without server prompt_tokens the sent ISL counts"
+
+
+def test_percentile_support_names_the_requests_a_gate_needs() -> None:
+    from pytest_sskj.bench.metrics import percentile_note, percentile_problems, requests_needed
+    from pytest_sskj.slo import parse_slo
+
+    assert (requests_needed(0.95), requests_needed(0.99), requests_needed(0.90)) == (59, 299, 29)
+    assert percentile_note("p99_ttft_ms", 40) == "p99 of 40 requests (< 100: in effect the max)"
+    assert percentile_note("p95_ttft_ms", 40) == "p95 of 40 requests" and percentile_note("mean_ttft_ms", 40) == ""
+    gates = parse_slo("p95_ttft_ms<3000,median_ttft_ms<100,input_throughput>1")
+    probs = percentile_problems(gates, 40)
+    assert len(probs) == 1 and "p95_ttft_ms" in probs[0] and "--requests 59" in probs[0], probs
+    assert percentile_problems(gates, 59) == []

@@ -24,7 +24,7 @@ def test_ci_runs_exactly_the_readme_commands() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install torch==2.13.0" in readme and "python -m pip install -q torch==2.13.0" in ci
     assert 'pip install -e ".[dev]"' in readme and 'pip install -q -e ".[dev]"' in ci
-    for command in ("pytest -n auto --dist worksteal unit/", "pytest unit/ --run-slow -m slow"):
+    for command in ("pytest unit/", "pytest unit/ --run-slow -m slow"):
         assert f"\n{command}" in readme and f"\n{command}\n" in ci, f"README and .ci/run must both run {command!r}"
     assert "\npytest acceptance/\n" in readme and "pytest acceptance/ --run-id" in ci
 
@@ -45,3 +45,32 @@ def test_example_profile_loads(pytester: pytest.Pytester) -> None:
         ("601", "602", "603", "604"),
         (4096, 8192, 16384),
     )
+
+
+@pytest.mark.slow
+def test_unit_suite_as_typed_runs_on_every_core_and_stays_debuggable(tmp_path: Path) -> None:
+    """`pytest unit/` turns xdist on (unit/conftest.py); `-n 0`, `-p no:xdist` and `--pdb` keep pytest serial."""
+    import os
+    import subprocess
+    import sys
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs 2 or more cores (the default stays serial on one core)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS"))}
+    env["SSKJ_REPORTS_DIR"] = str(tmp_path)
+    target = "unit/foundation/test_parsing.py"
+
+    def run(*extra: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", "-x", *extra],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, (
+            f"expected a green run of {target} {extra}, got {proc.returncode}:\n{proc.stdout[-2000:]}"
+        )
+        return proc.stdout
+
+    assert "workers [" in run(), "expected `pytest unit/...` as typed to run xdist workers"
+    for extra in (("-n", "0"), ("-p", "no:xdist"), ("--pdb",)):
+        out = run(*extra)
+        assert "workers [" not in out, f"expected {' '.join(extra)} to run serially, saw xdist workers:\n{out[-800:]}"

@@ -39,6 +39,15 @@ class ScriptedLauncher:
     def start(self, cmd: NodeCommand, log_path: Path) -> ProcessHandle:  # pragma: no cover - not used here
         raise NotImplementedError("pre-flight only runs short queries")
 
+    def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> list[ProcessHandle]:  # pragma: no cover
+        raise NotImplementedError("pre-flight only runs short queries")
+
+    def address(self, node: str) -> str:
+        return node
+
+    def leftover_pids(self) -> dict[str, list[int]]:
+        return {}
+
     def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
         self.calls.append((node, tuple(argv), timeout_s))
         ans = self.answers[(node, argv[1])]

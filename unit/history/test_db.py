@@ -76,7 +76,27 @@ def test_cli_import_history_and_compare_print_both_runs(tmp_path: Path, capsys: 
     assert capsys.readouterr().out.splitlines()[0].startswith("run_id,started_at,tags,platform")
     assert main(["compare", "runA", "runB", "--reports-dir", str(reports)]) == 0
     out = capsys.readouterr().out
-    assert "Input TPS" in out and "−50." in out and "worse" in out, f"expected a -50 % Input TPS delta, saw:\n{out}"
+    assert "Input TPS" in out and "−50." in out, f"expected a -50 % Input TPS delta, saw:\n{out}"
+    assert "no between-run noise known yet" in out and "| worse" not in out, out
+    make_run(reports, "run0", [100.0, 103.0, 99.0], ttft_ms=[100.0, 101.0, 99.0])  # two stored runs of one code:
+    make_run(reports, "run1", [101.0, 99.0, 102.0], ttft_ms=[99.0, 100.0, 101.0])  # the between-run A/A pair
+    assert main(["compare", "runA", "runB", "--reports-dir", str(reports)]) == 0
+    out = capsys.readouterr().out
+    assert "worse" in out and "1 stored A/A run pair(s)" in out.splitlines()[-1], out
+    assert out.splitlines()[-1].startswith("compare runA -> runB: 1 configuration(s): 0 better, 1 worse"), out
+    assert main(["compare", "runA", "runB", "--reports-dir", str(reports), "--fail-on", "worse"]) == 1
+    assert "worse beyond the between-run noise" in capsys.readouterr().err
+
+
+def test_compare_of_unrelated_runs_says_so_and_exits_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = tmp_path / "reports"
+    make_run(reports, "runA", [100.0, 104.0, 98.0])
+    make_run(reports, "runB", [100.0, 104.0, 98.0], backend="serial")
+    assert main(["db", "import", str(reports / "runA"), str(reports / "runB"), "--reports-dir", str(reports)]) == 0
+    assert main(["compare", "runA", "runB", "--reports-dir", str(reports)]) == 1
+    assert "no configuration in common (unrelated runs)" in capsys.readouterr().err
 
 
 def test_compare_refuses_runs_of_another_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,3 +157,16 @@ def test_a_release_mark_is_recorded_as_a_tag_the_baseline_can_use(
     base = resolve_baseline("v2.0", tmp_path / "elsewhere", db)
     assert (base.run_id, base.label, len(base.rows)) == ("runA", "release v2.0", 2)
     assert resolve_baseline("last-release", tmp_path / "elsewhere", db).run_id == "runA"
+
+
+def test_history_with_no_matching_point_says_so_and_exits_non_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: ``history --shape foo`` printed nothing useful and exited 0."""
+    from pytest_sskj.__main__ import main
+    from pytest_sskj.history.db import ResultsDB
+
+    ResultsDB(f"sqlite:///{tmp_path / 'r.sqlite'}").close()  # an empty, migrated database
+    monkeypatch.setenv("SSKJ_DB", str(tmp_path / "r.sqlite"))
+    rc = main(["history", "--shape", "foo"])
+    assert rc == 1 and "no stored point matches --shape foo" in capsys.readouterr().err

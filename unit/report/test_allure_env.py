@@ -107,6 +107,7 @@ def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
         "Client-bound measurement",
         "Numerics mismatch",
         "Output mismatch",
+        "Inconclusive comparison",
     ]
     for name, msg in [
         ("Out of memory", f"{cat.OOM} rank 3: CUDA OOM"),
@@ -118,6 +119,7 @@ def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
         ("Client-bound measurement", f"{cat.CLIENT_BOUND} loop lag"),
         ("Numerics mismatch", f"{cat.NUMERICS} cosine 0.91"),
         ("Output mismatch", f"{cat.OUTPUT_MISMATCH} first_token_agreement_frac 0.81 < 0.95"),
+        ("Inconclusive comparison", f"{cat.INCONCLUSIVE} b vs a: +3.00 % Input TPS"),
     ]:
         assert re.fullmatch(cats[name]["messageRegex"], msg), (name, msg)
         assert cat.categorize(msg) == name
@@ -136,7 +138,7 @@ def test_executor_names_the_ci_job_or_the_host() -> None:
 def test_write_allure_extras_writes_three_valid_files(tmp_path: Path) -> None:
     paths = write_allure_extras(tmp_path / "ar", MANIFEST)
     assert [p.name for p in paths] == ["environment.properties", "categories.json", "executor.json"]
-    assert len(json.loads(paths[1].read_text())) == 9 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
+    assert len(json.loads(paths[1].read_text())) == 10 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
 
 
 @pytest.mark.parametrize(

@@ -58,3 +58,25 @@ def test_second_report_shows_the_first_run_in_each_tests_history(tmp_path: Path)
     assert ids[0] == ids[1], "metric values must not change a test's history id"
     tps = [e["metrics"]["flashinfer_mxfp4 chunk 8K C=8 Input TPS"] for e in entries]
     assert tps == [pytest.approx(2935.02 * 1.1), pytest.approx(2935.02 * 1.3)], f"expected the trend, saw {tps}"
+
+
+def test_the_same_results_rendered_again_add_no_history_entry(tmp_path: Path) -> None:
+    """Issue 27: every render of the same results appended a duplicate entry.  Allure renders against a copy;
+    the new entry is appended only when no entry of the same test results (ids, statuses) is there yet, and a
+    pending entry that is never committed (its --check failed) adds nothing."""
+    from pytest_sskj.report.html import commit_history, pending_history
+
+    history = tmp_path / "allure-history.jsonl"
+    out = tmp_path / "report.html"
+
+    def entry(uuid: str, status: str) -> str:
+        return json.dumps({"uuid": uuid, "timestamp": 1, "testResults": {"h1": {"id": "t1", "status": status}}})
+
+    pending_history(out).write_text(entry("a", "passed") + "\n")
+    assert commit_history(history, out) == 1
+    pending_history(out).write_text(entry("b", "passed") + "\n")  # the same results, rendered again
+    assert commit_history(history, out) == 0
+    pending_history(out).write_text(entry("c", "failed") + "\n")  # new results
+    assert commit_history(history, out) == 1
+    assert [json.loads(x)["uuid"] for x in history.read_text().splitlines()] == ["a", "c"]
+    assert not pending_history(out).exists() and commit_history(history, out) == 0

@@ -39,7 +39,9 @@ def test_missing_allure_is_reported_with_the_install_command(tmp_path: Path, mon
     (tmp_path / "res").mkdir()
     (tmp_path / "res" / "x-result.json").write_text("{}")
     monkeypatch.setenv("SSKJ_ALLURE", str(tmp_path / "no-such-allure"))
-    with pytest.raises(HtmlToolMissing, match=re.escape("npm install --no-audit --no-fund --no-save allure@3.18.0")):
+    with pytest.raises(
+        HtmlToolMissing, match=re.escape("npm install --no-audit --no-fund --prefix .ci/node allure@3.18.0")
+    ):
         render_html(tmp_path / "res", tmp_path / "out.html")
 
 

@@ -162,3 +162,38 @@ def test_render_all_writes_every_plot_it_has_data_for(tmp_path: Path) -> None:
         "ttft_vs_concurrency.png",
     ]
     assert all(p.read_bytes()[:8] == PNG for p in written)
+
+
+def test_search_plot_keeps_the_axis_on_the_data_when_the_slo_is_far_above_it(tmp_path: Path) -> None:
+    """Issue 27: a 30000 ms SLO over 20-100 ms steps flattened the data onto zero; the axis now follows the data
+    (the threshold is written at the top edge), and the concurrency ticks are the measured integers."""
+    from matplotlib.figure import Figure
+
+    from pytest_sskj.report import plots
+
+    seen: dict[str, object] = {}
+    real_save = plots._save
+
+    def spy(fig: Figure, out: Path) -> Path:
+        ax = fig.axes[0]
+        seen.update(ylim=ax.get_ylim(), xticks=[t.get_text() for t in ax.get_xticklabels()], title=ax.get_title())
+        return real_save(fig, out)
+
+    verdict = {
+        "kind": "search",
+        "backend": "parallel",
+        "chunk": 256,
+        "best": 4,
+        "steps": [{"concurrency": c, "p95_ttft_ms": v, "passed": True} for c, v in ((1, 20.0), (2, 45.0), (4, 100.0))],
+    }
+    orig = plots._save
+    plots._save = spy  # type: ignore[assignment]
+    try:
+        out = plots.plot_search(verdict, tmp_path / "s.png", ["p95_ttft_ms<30000"], run_id="r7")
+    finally:
+        plots._save = orig  # type: ignore[assignment]
+    assert out is not None
+    ylim = seen["ylim"]
+    assert isinstance(ylim, tuple) and ylim[1] < 200, f"the y axis must follow the data (max 100 ms), got {ylim}"
+    assert seen["xticks"] == ["1", "2", "4"], seen["xticks"]
+    assert "run r7" in str(seen["title"]) and "vs the SLO" in str(seen["title"]), seen["title"]

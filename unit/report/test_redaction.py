@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.redact import REDACTED
 from pytest_sskj.report.scrub import scrub, scrub_text
 
 ENV_SECRETS = {"HF_TOKEN": "hf_PLANTEDenvTOKEN0001", "DB_PASSWORD": "PLANTEDpw0002"}
@@ -137,9 +137,9 @@ def test_scrub_redacts_secret_named_string_values_but_keeps_token_counts() -> No
         "ssh_identity": "/k/id",
         "total_input_tokens": 655360,
         "passed": True,
-        "nested": [{"api_key": "k"}, "token v4lue is v4lue"],
+        "nested": [{"api_key": "k"}, "token v4lue9 is v4lue9"],
     }
-    out = scrub(data, secrets=["v4lue"])
+    out = scrub(data, secrets=["v4lue9"])
     assert out == {
         "HF_TOKEN": REDACTED,
         "ssh_identity": REDACTED,

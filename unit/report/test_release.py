@@ -14,7 +14,16 @@ from typing import Any
 import pytest
 
 from pytest_sskj.__main__ import main
-from pytest_sskj.report.release import ReleaseConfig, ReleaseRefused, list_releases, load_config, mark, show_release
+from pytest_sskj.report.release import (
+    ReleaseConfig,
+    ReleaseRefused,
+    latest_runs,
+    list_releases,
+    load_config,
+    mark,
+    rank_reasons,
+    show_release,
+)
 
 CFG = ReleaseConfig(required_suites=("unit", "acceptance"), min_tests={"acceptance": 2})
 
@@ -239,7 +248,7 @@ def test_cli_mark_list_show_and_refusal_exit_codes(tmp_path: Path, capsys: pytes
     (tmp_path / "reports" / "r1" / "outcomes.json").unlink()
     assert main(["release", "mark", "--run", "r1", "--tag", "v2", "--config", str(cfg), *base]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("refusing to mark run r1 as release 'v2':\n  - ") and "outcomes.json does not exist" in err
+    assert err.startswith("refusing to mark run r1 as release 'v2' (1 reason(s)):\n  1. ") and "outcomes.json" in err
 
 
 def test_real_session_outcomes_drive_marking(pytester: pytest.Pytester) -> None:
@@ -410,3 +419,47 @@ def test_inner_loop_and_slow_phase_together_are_the_suite_in_full(
     assert "required suite 'unit' did not run in full: selected with -k 'fast'" in gap.value.reasons, (
         f"test_other ran in neither session: expected a refusal naming the -k run, got {gap.value.reasons}"
     )
+    assert latest_runs(pytester.path / "rep", cfg) == ["slow", "fast"], "the -k debugging run never stands in"
+    latest = mark(None, "latest", reports_dir=pytester.path / "rep", config=cfg)
+    assert json.loads(latest.read_text())["run_id"] == ["slow", "fast"], "no --run: the README's two sessions"
+
+
+def test_a_refusal_is_ranked_and_short_and_the_full_list_is_behind_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: a GPU-scope refusal on a CPU box was 45 lines.  The CLI prints at most six ranked reason
+    lines (failures before skips, skips grouped by reason with a count, the --scope cpu hint), --verbose all."""
+    gpu_skip = "Skipped: needs 1 x GPU, found 0 GPUs (NVML: no driver)"
+    tests = [
+        *GREEN[:3],
+        *(_test(f"unit/test_gpu.py::test_k{i}", "skipped", "setup", gpu_skip) for i in range(30)),
+        _test("unit/test_b.py::test_boom", "failed", "call", "AssertionError: expected 3\nseen 4"),
+    ]
+    _run(tmp_path, tests)
+    (tmp_path / "release.toml").write_text('[release]\nrequired_suites = ["unit", "acceptance"]\n')
+    argv = ["release", "mark", "--run", "r1", "--tag", "v1", "--reports-dir", str(tmp_path)]
+    argv += ["--config", str(tmp_path / "release.toml")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) <= 8, err
+    assert err[1].startswith("  1. required test unit/test_b.py::test_boom failed (in call): AssertionError"), err
+    assert "30 required test(s) skipped: Skipped: needs 1 x GPU" in err[2], err
+    assert "--scope cpu" in err[3], err
+    assert main([*argv, "--verbose"]) == 1
+    assert len(capsys.readouterr().err.splitlines()) == 32, "every reason, one line each (the failure has two)"
+
+
+def test_rank_reasons_puts_run_problems_first_and_groups_skips() -> None:
+    reasons = [
+        "required test unit/a.py::t skipped (in setup): Skipped: x (not accepted by scope 'gpu')",
+        "required suite 'unit' did not run in full: 3 test(s) deselected",
+        "required test unit/b.py::t failed (in call): boom",
+        "manifest.json status is 'running', not 'finished'",
+        "required test unit/c.py::t skipped (in setup): Skipped: x (not accepted by scope 'gpu')",
+    ]
+    assert rank_reasons(reasons, scope="gpu") == [
+        "manifest.json status is 'running', not 'finished'",
+        "required test unit/b.py::t failed (in call): boom",
+        "required suite 'unit' did not run in full: 3 test(s) deselected",
+        "2 required test(s) skipped: Skipped: x (not accepted by scope 'gpu'), e.g. unit/a.py::t",
+    ]

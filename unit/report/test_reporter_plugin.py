@@ -210,6 +210,7 @@ def test_allure_extras_describe_the_run(session: tuple[subprocess.CompletedProce
         "Client-bound measurement",
         "Numerics mismatch",
         "Output mismatch",
+        "Inconclusive comparison",
     ]
     exe = json.loads((alluredir / "executor.json").read_text())
     assert exe["buildName"] == "r1" and exe["type"] == "pytest-sskj"

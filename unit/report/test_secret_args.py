@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sskj.report.redact import (
+from pytest_sskj.redact import (
     REDACTED,
     is_secret_flag,
     is_secret_name,
@@ -141,6 +141,7 @@ def test_planted_server_arg_secrets_reach_no_artefact_of_a_real_run(tmp_path: Pa
         "2",
         "--sskj-search",
         "none",
+        "--sskj-allow-client-bound",  # what is checked is redaction; a loaded box's client-bound flag is not
         "--sskj-server-arg=--hf-token",
         f"--sskj-server-arg={HF_TWO_ARG}",
         "-rA",

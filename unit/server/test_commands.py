@@ -18,7 +18,7 @@ import pytest
 from pytest_sskj.engines import node_commands
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.parsing import parse_size_list
-from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.redact import REDACTED
 from pytest_sskj.server.remote_sh import bootstrap_script
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.server.ssh import SshLauncher, SshOptions

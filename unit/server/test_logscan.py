@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.redact import REDACTED
 from pytest_sskj.server.logscan import CATEGORIES, SEVERITIES, SIGNATURES, LogOracle, LogScanner, match_line
 
 # (signature name, category, severity, a line shaped like the real log line)

@@ -25,7 +25,7 @@ import pytest
 from pytest_sskj.engines import node_commands
 from pytest_sskj.engines.sglang import fetch_server_info, verify_server_info
 from pytest_sskj.errors import LauncherError
-from pytest_sskj.report.redact import REDACTED
+from pytest_sskj.redact import REDACTED
 from pytest_sskj.server.health import wait_healthy
 from pytest_sskj.server.logscan import LogOracle
 from pytest_sskj.server.spec import NodeCommand, ServerSpec

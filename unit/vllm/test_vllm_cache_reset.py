@@ -40,3 +40,32 @@ def test_neither_endpoint_is_unsupported_and_sglang_flush_is_tried_alone() -> No
     assert _flush({})[0] == "unsupported (HTTP 404)"
     what, seen = _flush({"/flush_cache": httpx.Response(200, text="Cache flushed.")})
     assert (what, seen) == ("flushed", ["POST /flush_cache"])
+
+
+def _flush_with(engine: str, routes: dict[str, httpx.Response]) -> tuple[str, list[str]]:
+    from pytest_sskj.engines import cache_resets
+
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        return routes.get(request.url.path, httpx.Response(404, text="Not Found"))
+
+    async def go() -> str:
+        async with BenchClient(1, transport=httpx.MockTransport(handler)) as c:
+            return await c.flush_cache("http://127.0.0.1:9", cache_resets(engine))
+
+    return asyncio.run(go()), seen
+
+
+def test_the_engines_own_cache_reset_is_the_request_the_bench_sends() -> None:
+    ok = {"success": True}
+    assert _flush_with("vllm", {"/reset_prefix_cache": httpx.Response(200, json=ok)}) == (
+        "flushed",
+        ["POST /reset_prefix_cache"],
+    ), "vLLM's Engine.cache_reset alone, no SGLang /flush_cache first"
+    assert _flush_with("sglang", {"/flush_cache": httpx.Response(405)}) == (
+        "refused (HTTP 405: )",
+        ["POST /flush_cache", "GET /flush_cache"],
+    ), "SGLang's reset retries GET on 405 (older servers) and never tries vLLM's path"
+    assert _flush_with("embedded", {}) == ("skipped (the engine has no cache reset)", []), "llama.cpp has none"

@@ -25,18 +25,51 @@ __all__ = [
     "redact_text",
     "redact_url",
     "secret_arg_values",
+    "url_without_userinfo",
 ]
 
 REDACTED = "***REDACTED***"
 
-# substrings that are secret wherever they occur in a name
-_SECRET_SUBSTRINGS = ("password", "passwd", "passphrase", "secret", "apikey", "accesskey", "privatekey", "credential")
-# whole words (split on - _ . and spaces) that are secret
-_SECRET_WORDS = frozenset({"pass", "pw", "pwd", "auth", "cookie", "token", "apitoken", "bearer", "identity"})
-# a last word ``key`` is secret (``--api-key``, ``HF_KEY``), except in these names of non-secret things
+# The secret names, as exact words of a name split on ``-``, ``_``, ``.`` and spaces (never substrings:
+# ``PWD`` is the working directory, ``passed`` and ``total_input_tokens`` are not secrets).
+SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "secrets",
+        "token",
+        "apitoken",
+        "authtoken",
+        "hftoken",
+        "accesstoken",
+        "credential",
+        "credentials",
+        "apikey",
+        "accesskey",
+        "privatekey",
+        "secretkey",
+        "sshkey",
+        "identityfile",
+        "cookie",
+        "bearer",
+        "auth",
+        "pass",
+        "pw",
+    }
+)
+# words that are secret only as part of a longer name (``DB_PWD``, ``MYSQL_PWD``); the bare ``PWD`` and
+# ``OLDPWD`` are the shell's working directories
+SECRET_WORDS_IN_LONGER_NAMES = frozenset({"pwd", "identity"})
+# a last word ``key`` is secret (``--api-key``, ``HF_KEY``, ``--ssl-key``), except in these names of non-secret things
 _NOT_SECRET_KEYS = frozenset(
     {"spec", "sort", "cache", "point", "lookup", "group", "row", "run", "dict", "primary", "partition", "hash", "map"}
 )
+# ``key`` followed by these words names a key file (``SSH_KEY_PATH``, ``API_KEY_FILE``)
+_KEY_OWNERS = frozenset({"ssh", "private", "api", "secret", "access"})
+# a secret *value* shorter than this is never replaced blindly in free text (it would hit ordinary words)
+MIN_SECRET_VALUE_LEN = 6
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 
 
@@ -52,21 +85,31 @@ def redact_url(text: str) -> str:
     return _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED + m.group("at"), text)
 
 
+def url_without_userinfo(url: str) -> str:
+    """``http://ann:pw@601:30000/v1`` -> ``http://601:30000/v1``: for a URL whose credentials nothing sends
+    (the bench client never uses userinfo), so that no record, log or terminal line can carry them."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def is_secret_name(name: str) -> bool:
-    """Whether an environment variable, dict key or option name looks like it holds a secret."""
+    """Whether an environment variable, dict key or option name holds a secret: one of its words is in
+    :data:`SECRET_WORDS` (exact words, not substrings), or it ends in ``key`` after a word that is not a
+    non-secret thing (``api_key``, ``--ssl-key``; not ``spec_key``, not a bare ``key``)."""
     words = _words(name)
     if not words:
         return False
-    joined = "".join(words)
-    if any(s in joined for s in _SECRET_SUBSTRINGS):
+    if any(w in SECRET_WORDS for w in words):
         return True
-    if any(w in _SECRET_WORDS or (w.endswith("token") and w != "token" and len(w) <= 12) for w in words):
+    if len(words) > 1 and any(w in SECRET_WORDS_IN_LONGER_NAMES for w in words):
         return True
     if words[-1] == "key":  # api_key, hf-key, ssh_key; but spec_key is a digest, not a secret
         return len(words) > 1 and words[-2] not in _NOT_SECRET_KEYS  # a bare ``key`` field is a digest
-    if "key" in words and words[words.index("key") - 1 : words.index("key")] in (["ssh"], ["private"], ["api"]):
-        return True  # SSH_KEY_PATH, API_KEY_FILE
-    return "identityfile" in joined or joined.endswith("sshkey")
+    return any(w == "key" and i > 0 and words[i - 1] in _KEY_OWNERS for i, w in enumerate(words))
 
 
 def is_secret_flag(arg: str) -> bool:
@@ -122,6 +165,24 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
+def _replace_value(text: str, value: str) -> str:
+    """Replace ``value`` in ``text`` except where it stands as a whole path component (``/work/x`` keeps
+    ``work`` when ``work`` is somebody's password); a value that is itself a path is replaced whole."""
+    if "/" in value:
+        return text.replace(value, REDACTED)
+    pattern = re.compile(re.escape(value))
+
+    def _one(m: re.Match[str]) -> str:
+        before = text[m.start() - 1] if m.start() > 0 else ""
+        after = text[m.end()] if m.end() < len(text) else ""
+        in_path = (before == "/" and (after in "/" or after.isspace() or after in "'\":,")) or (
+            after == "/" and (before in "/" or before.isspace() or before in "'\"=:,")
+        )
+        return m.group(0) if in_path else REDACTED
+
+    return pattern.sub(_one, text)
+
+
 _PAIR = re.compile(r"(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"]+)")
 _FLAG_VALUE = re.compile(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9_-]*)(=|\s+)(['\"]?)([^\s'\"]+)")
 
@@ -129,8 +190,8 @@ _FLAG_VALUE = re.compile(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9_-]*)(=|\s+)(['\"]?)([
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Replace every occurrence of the given secret values, ``NAME=value`` secret pairs and
     ``--secret-flag value`` / ``--secret-flag=value`` arguments in ``text``."""
-    for s in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(s, REDACTED)
+    for s in sorted({s for s in secrets if s and len(s) >= MIN_SECRET_VALUE_LEN}, key=len, reverse=True):
+        text = _replace_value(text, s)
 
     def _pair(m: re.Match[str]) -> str:
         return m.group(1) + "=" + REDACTED if is_secret_name(m.group(1)) else m.group(0)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# CI phase: the users' own jobs end to end on the stand-in SGLang cluster (docs/twin.md, unit/twin/test_twin_e2e.py):
+# seed 000's 36-point MoE-backend A/B with its conclusions, the same job served a candidate-worse model (fails with
+# `worse`) and an equal-backends model (never `better`), seed 004's PD run over the real sglang-router (rank 0 of
+# each group resolved by the real sglang parser), and the DSV4 layout matrix's recommendation per shape.
+# Needs root (network-namespace sshd hosts), SSKJ_ROUTER_PYTHON and SSKJ_SGLANG_PYTHON (.ci/run exports both);
+# SSKJ_REQUIRE_TWIN=1 makes every missing prerequisite a failure, never a skip.  Measured: see docs/twin.md.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export SSKJ_REQUIRE_TWIN=1
+export SSKJ_RUN_ID="${SSKJ_TWIN_RUN_ID:-ci-unit-twin}"
+first="${SSKJ_NETNS_FIRST:-601}"
+trap 'tools/netns_hosts.sh down "/tmp/sskj-twin-hosts-'"$first"'" >/dev/null 2>&1 || true' EXIT
+pytest unit/twin/ --run-slow -p no:cacheprovider --durations=0

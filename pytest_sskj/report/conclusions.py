@@ -1,0 +1,220 @@
+"""The run's conclusions, computed from its results: what the users' "结果结论" states, never written in.
+
+:func:`conclusions` reads the run's result rows (one per repeat) and its verdicts and states, as seed 000's
+README does for the MoE-backend A/B:
+
+1. the A/B outcome over every compared shape (chunk x concurrency): the candidate better on all N shapes
+   (from the verdicts' outcomes, the repeat-level statistics of ``docs/verdicts.md``), or on how many it is
+   not, naming them;
+2. the size of each gain, per chunk: the median-of-repeats input TPS and TTFT P50 change at each
+   concurrency (the users' table wording ``+11.00 % Input TPS / −9.92 % TTFT``);
+3. per backend the best chunk (highest median input TPS) at each concurrency, and the grid-edge check: a best
+   chunk strictly inside the chunk grid beats both neighbours, a best chunk at the grid's edge is said to
+   be one (the optimum may lie beyond it);
+4. the saturation statement at fixed chunk: from the lowest to the next concurrency, the input TPS change and
+   the TTFT P50 ratio; throughput within +-3 % while TTFT grows by at least 80 % of the concurrency ratio
+   means the lower concurrency already saturates prefill;
+5. the recommendation: ``EP<ep> + <backend> + chunk <chunk>`` -- the candidate when it is better on every
+   shape (else the baseline, or the candidate where the baseline is worse everywhere), at its best chunk.
+
+Nothing is claimed that the run did not measure: with fewer than two backends, chunks or concurrencies the
+statement that needs them is left out; a shape without a decided verdict is never counted as better.
+:func:`conclusion_lines` renders them (Markdown list items, also fine on a terminal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Conclusions", "conclusion_lines", "conclusions"]
+
+_SAT_TPS_PCT = 3.0
+_SAT_TTFT_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class Conclusions:
+    """What the run shows; every field computed from its rows and verdicts."""
+
+    statements: tuple[str, ...] = ()
+    recommendation: str | None = None
+    ab_all_better: bool | None = None
+    """``True``: the candidate is better on every compared shape; ``False``: not; ``None``: no A/B."""
+    outcomes: dict[str, str] = field(default_factory=dict)
+    best_chunks: dict[str, dict[int, int]] = field(default_factory=dict)
+    """backend -> concurrency -> best chunk."""
+
+
+def _median(vals: Sequence[float]) -> float | None:
+    xs = sorted(vals)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2.0
+
+
+def _pct(new: float | None, old: float | None) -> float | None:
+    return None if new is None or not old else (new / old - 1.0) * 100.0
+
+
+def _fmt(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return f"{'+' if p >= 0 else '−'}{abs(p):.2f} %"
+
+
+def _chunk(c: Any) -> str:
+    c = int(c)
+    return f"{c // 1024}K" if c % 1024 == 0 else str(c)
+
+
+def _medians(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], tuple[float | None, float | None]]:
+    """(backend, chunk, C) -> median input TPS and TTFT P50 (ms) over the passed repeats."""
+    acc: dict[tuple[str, int, int], tuple[list[float], list[float]]] = {}
+    for r in rows:
+        if (
+            r.get("status") != "passed"
+            or r.get("chunk") in (None, "")
+            or r.get("kind") not in (None, "", "serve", "point")
+        ):
+            continue
+        key = (str(r.get("backend")), int(r["chunk"]), int(r.get("concurrency") or 0))
+        tps, ttft = acc.setdefault(key, ([], []))
+        if isinstance(r.get("input_throughput"), (int, float)):
+            tps.append(float(r["input_throughput"]))
+        if isinstance(r.get("median_ttft_ms"), (int, float)):
+            ttft.append(float(r["median_ttft_ms"]))
+    return {k: (_median(t), _median(f)) for k, (t, f) in acc.items()}
+
+
+def _ab(
+    comparisons: Sequence[Mapping[str, Any]], med: Mapping[tuple[str, int, int], Any], planned: Sequence[str]
+) -> tuple[list[str], bool]:
+    base, cand = str(comparisons[0].get("baseline")), str(comparisons[0].get("candidate"))
+    outcomes = {k: "not measured" for k in planned}
+    outcomes.update({f"{_chunk(v['chunk'])}/C{v['concurrency']}": str(v.get("outcome")) for v in comparisons})
+    better = [k for k, o in outcomes.items() if o == "better"]
+    n = len(outcomes)
+    if len(better) == n:
+        head = f"{cand} is better than {base} on all {n} compared shapes (chunk x C)"
+    else:
+        others = ", ".join(f"{k} {o}" for k, o in outcomes.items() if o != "better")
+        head = f"{cand} is NOT better than {base} on all {n} shapes: better on {len(better)}/{n}; {others}"
+    lines = [head]
+    for chunk in sorted({int(v["chunk"]) for v in comparisons}):
+        parts = []
+        for v in sorted((v for v in comparisons if int(v["chunk"]) == chunk), key=lambda v: int(v["concurrency"])):
+            c = int(v["concurrency"])
+            (bt, bf), (ct, cf) = med.get((base, chunk, c), (None, None)), med.get((cand, chunk, c), (None, None))
+            parts.append(f"C={c}: {_fmt(_pct(ct, bt))} Input TPS / {_fmt(_pct(cf, bf))} TTFT P50 ({v.get('outcome')})")
+        lines.append(f"chunk {_chunk(chunk)}: {cand} vs {base} " + "; ".join(parts))
+    return lines, len(better) == n
+
+
+def _best_chunks(med: Mapping[tuple[str, int, int], Any], backends: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    lines: list[str] = []
+    best: dict[str, dict[int, int]] = {}
+    grid = sorted({k[1] for k in med})
+    if len(grid) < 2:
+        return lines, best
+    for b in backends:
+        per_c: dict[int, int] = {}
+        for c in sorted({k[2] for k in med if k[0] == b}):
+            pts = {ch: med[(b, ch, c)][0] for ch in grid if (b, ch, c) in med and med[(b, ch, c)][0]}
+            if len(pts) >= 2:
+                per_c[c] = max(pts, key=lambda ch: pts[ch])
+        if not per_c:
+            continue
+        best[b] = per_c
+        chunks = sorted(set(per_c.values()))
+        where = ", ".join(f"C={c}: {_chunk(ch)}" for c, ch in per_c.items())
+        if len(chunks) == 1:
+            ch = chunks[0]
+            if grid[0] < ch < grid[-1]:
+                edge = (
+                    f"inside the grid ({' < '.join(_chunk(g) for g in grid)}): it beats both smaller and larger chunks"
+                )
+            else:
+                side = "smallest" if ch == grid[0] else "largest"
+                edge = f"at the grid's edge (the {side} chunk tried): the optimum may lie beyond it, extend --chunk"
+            lines.append(f"{b}: chunk {_chunk(ch)} is best at every concurrency ({where}), {edge}")
+        else:
+            lines.append(f"{b}: the best chunk depends on the concurrency ({where})")
+    return lines, best
+
+
+def _saturation(med: Mapping[tuple[str, int, int], Any], backends: Sequence[str]) -> list[str]:
+    cs = sorted({k[2] for k in med})
+    if len(cs) < 2:
+        return []
+    lo, hi = cs[0], cs[1]
+    tps, ratios = [], []
+    for b in backends:
+        for ch in sorted({k[1] for k in med}):
+            a, z = med.get((b, ch, lo)), med.get((b, ch, hi))
+            if a and z and a[0] and z[0] and a[1] and z[1]:
+                tps.append(_pct(z[0], a[0]) or 0.0)
+                ratios.append(z[1] / a[1])
+    if not tps:
+        return []
+    span = f"input TPS {_fmt(min(tps))} … {_fmt(max(tps))}, TTFT P50 x{min(ratios):.2f} … x{max(ratios):.2f}"
+    head = f"C {lo} -> {hi} at fixed backend and chunk: {span}"
+    if max(abs(t) for t in tps) <= _SAT_TPS_PCT and min(ratios) >= _SAT_TTFT_SHARE * hi / lo:
+        return [
+            f"{head}: throughput is basically unchanged while TTFT grows with C, so C={lo} is already near "
+            f"prefill-throughput saturation"
+        ]
+    return [f"{head}: throughput still changes with C, C={lo} does not saturate"]
+
+
+def conclusions(
+    rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]
+) -> Conclusions:
+    """The conclusions of a run (see the module docstring); empty when it has no serving points."""
+    med = _medians(rows)
+    if not med:
+        return Conclusions()
+    backends = [str(b) for b in settings.get("backends") or sorted({k[0] for k in med})]
+    comps = [v for v in verdicts if v.get("kind") == "comparison" and not v.get("control")]
+    statements: list[str] = []
+    all_better: bool | None = None
+    if comps:
+        planned = [
+            f"{_chunk(ch)}/C{c}" for ch in settings.get("chunks") or () for c in settings.get("concurrencies") or ()
+        ]
+        ab, all_better = _ab(comps, med, planned)
+        statements += ab
+    chunk_lines, best = _best_chunks(med, backends)
+    statements += chunk_lines
+    statements += _saturation(med, backends)
+    rec = None
+    if comps:
+        base, cand = str(comps[0].get("baseline")), str(comps[0].get("candidate"))
+        worse_all = all(v.get("outcome") == "worse" for v in comps)
+        pick = cand if all_better else base
+        chunks = sorted(set(best.get(pick, {}).values()))
+        chunk_txt = f" + chunk {chunks[0]}" if len(chunks) == 1 else ""
+        ep = settings.get("ep")
+        rec = f"{'EP' + str(ep) + ' + ' if ep else ''}{pick}{chunk_txt}"
+        why = (
+            f"{cand} better on every shape"
+            if all_better
+            else f"{cand} worse on every shape"
+            if worse_all
+            else f"{cand} not better on every shape"
+        )
+        statements.append(f"recommendation: {rec} ({why})")
+    outcomes = {str(v.get("id")): str(v.get("outcome")) for v in comps}
+    return Conclusions(tuple(statements), rec, all_better, outcomes, best)
+
+
+def conclusion_lines(
+    rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]
+) -> list[str]:
+    """``["", "## Conclusions (computed from this run)", "", "1. ...", ...]``; ``[]`` when there are none."""
+    c = conclusions(rows, verdicts, settings)
+    if not c.statements:
+        return []
+    return ["", "## Conclusions (computed from this run)", "", *(f"{i}. {s}" for i, s in enumerate(c.statements, 1))]

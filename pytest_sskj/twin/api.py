@@ -1,0 +1,241 @@
+"""SGLang's HTTP surface, as a stand-in rank serves it (stdlib ``http.server``, HTTP/1.1, chunked SSE).
+
+Rank 0: ``/health``, ``/health_generate`` (200 once ready), ``/server_info`` (``/get_server_info``: the parsed
+and resolved ``ServerArgs`` plus ``version``), ``/model_info``, ``/v1/models``, ``/get_load``,
+``/flush_cache`` (starts a new repeat of the serving model), ``POST /generate`` (``input_ids``; streamed
+cumulative ``output_ids``/``text`` frames with ``meta_info``, or one JSON answer) and ``POST
+/v1/completions`` (token-id ``prompt``; streamed one frame per token, ``usage`` in the stream when asked).
+Every answer is paced by the :class:`~pytest_sskj.twin.engine.ServingEngine`: the handler only forwards
+what the engine emits, when it emits it.  PD: a prefill rank 0 also serves its bootstrap port (``GET
+/twin/kv?room=R``: answers once that room's prefill finished); a decode rank 0 waits there for a request's
+``bootstrap_room`` before it decodes.  Ranks >= 1: the dummy health server (``/health``, ``/health_generate``,
+``/ping`` always 200).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from pytest_sskj.twin.engine import Request, ServingEngine, token_ids
+
+__all__ = ["serve"]
+
+
+def _text(ids: list[int]) -> str:
+    return "".join(f" t{i}" for i in ids)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    info: dict[str, Any] = {}
+    engine: ServingEngine | None = None
+    rank: int = 0
+    kv_wait_s: float = 600.0
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+    def _json(self, obj: Any, status: int = 200) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _plain(self, text: str, status: int = 200) -> None:
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self) -> dict[str, Any]:
+        n = int(self.headers.get("Content-Length") or 0)
+        data = json.loads(self.rfile.read(n) or b"{}") if n else {}
+        return data if isinstance(data, dict) else {}
+
+    def _sse_start(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _sse(self, obj: Any) -> None:
+        self._chunk(b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n")
+
+    def _sse_end(self) -> None:
+        self._sse(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # -- GET -----------------------------------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        path = urlparse(self.path).path
+        eng = self.engine
+        if path in ("/health", "/health_generate", "/ping"):
+            self._plain("")
+        elif self.rank != 0:
+            self.send_error(404)
+        elif path in ("/server_info", "/get_server_info"):
+            load = eng.inflight if eng else 0
+            self._json({**self.info, "internal_states": [{"num_running_reqs": load}], "startup_time": 0.0})
+        elif path in ("/model_info", "/get_model_info"):
+            mp = self.info.get("model_path")
+            self._json({"model_path": mp, "tokenizer_path": mp, "is_generation": True, "weight_version": "default"})
+        elif path == "/v1/models":
+            name = self.info.get("served_model_name") or self.info.get("model_path")
+            self._json({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "sglang"}]})
+        elif path == "/get_load":
+            self._json([{"dp_rank": 0, "num_reqs": eng.inflight if eng else 0}])
+        elif path == "/flush_cache":
+            self._flush()
+        elif path == "/twin/kv" and eng is not None:
+            room = parse_qs(urlparse(self.path).query).get("room", [""])[0]
+            ok = eng.wait_kv(room, self.kv_wait_s)
+            self._json({"room": room, "ready": ok}, 200 if ok else 504)
+        else:
+            self.send_error(404)
+
+    def _flush(self) -> None:
+        if self.engine is not None and self.engine.inflight:
+            self._plain("Cache not flushed: there are running or waiting requests.", 400)
+            return
+        if self.engine is not None:
+            self.engine.new_repeat()
+        self._plain("Cache flushed.\nPlease check backend logs for more details. ")
+
+    # -- POST ----------------------------------------------------------------------------------------------
+    def do_POST(self) -> None:  # noqa: N802
+        path = urlparse(self.path).path
+        if self.rank != 0 or self.engine is None:
+            self.send_error(404)
+            return
+        if path == "/flush_cache":
+            self._body()
+            self._flush()
+            return
+        if path not in ("/generate", "/v1/completions"):
+            self.send_error(404)
+            return
+        body = self._body()
+        prompt = body.get("input_ids") if path == "/generate" else body.get("prompt")
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
+            self._json({"error": {"message": "the stand-in takes token-id prompts (input_ids / prompt)"}}, 400)
+            return
+        sp = body.get("sampling_params") or {}
+        max_new = int(sp.get("max_new_tokens", 128) if path == "/generate" else body.get("max_tokens", 16))
+        req = self._submit(prompt, max_new, body)
+        if req is None:
+            self._json({"error": {"message": f"KV of room {body.get('bootstrap_room')} never arrived"}}, 500)
+            return
+        if path == "/generate":
+            self._generate(req, bool(body.get("stream")))
+        else:
+            self._completions(req, body)
+
+    def _submit(self, prompt: list[int], max_new: int, body: dict[str, Any]) -> Request | None:
+        eng = self.engine
+        assert eng is not None
+        room = body.get("bootstrap_room")
+        if eng.role == "decode" and room is not None:
+            host, port = body.get("bootstrap_host"), body.get("bootstrap_port") or 8998
+            url = f"http://{host}:{port}/twin/kv?room={room}"
+            try:
+                with urllib.request.urlopen(url, timeout=self.kv_wait_s + 5) as r:  # noqa: S310 - the P group
+                    if r.status != 200:
+                        return None
+            except OSError:
+                return None
+            return eng.submit_decode(prompt, max_new)
+        return eng.submit(prompt, max_new, room=str(room) if room is not None else None)
+
+    def _meta(self, req: Request, done: bool, rid: str) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": rid,
+            "finish_reason": {"type": "length", "length": req.emitted} if done else None,
+            "prompt_tokens": len(req.prompt),
+            "weight_version": "default",
+            "completion_tokens": req.emitted,
+            "cached_tokens": 0,
+        }
+        if done:
+            meta["e2e_latency"] = time.perf_counter() - req.arrival
+        return meta
+
+    def _generate(self, req: Request, stream: bool) -> None:
+        rid = uuid.uuid4().hex
+        if not stream:
+            while not req.events.get()[1]:
+                pass
+            ids = req.output_ids
+            self._json({"text": _text(ids), "output_ids": ids, "meta_info": self._meta(req, True, rid)})
+            return
+        self._sse_start()
+        while True:
+            n, done = req.events.get()
+            ids = token_ids(req.prompt, n)
+            self._sse({"text": _text(ids), "output_ids": ids, "meta_info": self._meta(req, done, rid)})
+            if done:
+                break
+        self._sse_end()
+
+    def _completions(self, req: Request, body: dict[str, Any]) -> None:
+        rid, model = f"cmpl-{uuid.uuid4().hex}", body.get("model") or self.info.get("served_model_name")
+        usage = {"prompt_tokens": len(req.prompt)}
+        if not body.get("stream"):
+            while not req.events.get()[1]:
+                pass
+            ids = req.output_ids
+            choice = {"index": 0, "text": _text(ids), "finish_reason": "length", "logprobs": None}
+            usage.update(completion_tokens=len(ids), total_tokens=len(ids) + len(req.prompt))
+            self._json({"id": rid, "object": "text_completion", "model": model, "choices": [choice], "usage": usage})
+            return
+        self._sse_start()
+        while True:
+            n, done = req.events.get()
+            choice = {"index": 0, "text": f" t{token_ids(req.prompt, n)[-1]}", "logprobs": None}
+            choice["finish_reason"] = "length" if done else None
+            self._sse({"id": rid, "object": "text_completion", "model": model, "choices": [choice]})
+            if done:
+                break
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage.update(completion_tokens=req.emitted, total_tokens=req.emitted + len(req.prompt))
+            self._sse({"id": rid, "object": "text_completion", "model": model, "choices": [], "usage": usage})
+        self._sse_end()
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # every concurrent client connects at once (the stdlib default backlog is 5)
+    daemon_threads = True
+
+
+def _start(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    httpd = _Server((host, port), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True, name=f"twin-http-{port}").start()
+    return httpd
+
+
+def serve(a: Any, info: dict[str, Any], engine: ServingEngine | None, log: Callable[[str], None]) -> list[Any]:
+    """Start this rank's HTTP server(s); returns them (``shutdown()`` each at exit)."""
+    handler = type("Handler", (_Handler,), {"info": info, "engine": engine, "rank": a.node_rank})
+    servers = [_start(a.host, a.port, handler)]
+    if engine is not None and engine.role == "prefill":
+        servers.append(_start(a.host, a.disaggregation_bootstrap_port, handler))
+        log(f"bootstrap server started on {a.host}:{a.disaggregation_bootstrap_port}")
+    return servers

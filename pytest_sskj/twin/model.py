@@ -1,0 +1,283 @@
+"""The twin's performance model: a data file of *observables* and the engine parameters derived from it.
+
+A model file (TOML; schema in ``docs/twin.md``) lists *cells*: one per backend x chunk x concurrency x layout
+(and PD role), each with what the users measured there -- mean input TPS, TTFT P50/P95 (seconds), TPOT
+P50/P95 (ms) where decode was measured, and the between-repeat noise -- under the workload the cell was
+measured with (``[workload]``: ISL, OSL, requests per repeat).  Nothing in it is an answer the client could
+copy: :func:`calibrate` turns a cell into the parameters of the serving model that paces the twin's
+responses (:mod:`pytest_sskj.twin.engine`): the prefill rate, a per-request service spread, the wake-up
+latency of an idle engine and the per-request decode step, fitted by simulating the cell's own closed-loop
+workload so that the simulated observables reproduce the cell's.  ``time_scale`` (wall seconds per modelled
+second) shrinks every duration alike, so every ratio is kept.
+
+Stdlib only: this module runs inside the stand-in ranks on the nodes (any Python >= 3.10).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+__all__ = [
+    "CELL_KEYS",
+    "Cell",
+    "EngineParams",
+    "ModelError",
+    "TwinModel",
+    "calibrate",
+    "load_model",
+    "percentile",
+    "simulate",
+]
+
+MATCH_KEYS = ("role", "tp", "ep", "dp", "pp", "backend", "chunk")
+"""Server facts a cell is matched on (a key a cell leaves out matches any value)."""
+FIGURE_KEYS = (
+    "concurrency",
+    "isl",
+    "osl",
+    "requests",
+    "input_tps",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "repeat_noise_pct",
+    "source",
+    "note",
+)
+CELL_KEYS = (*MATCH_KEYS, *FIGURE_KEYS)
+_TOP_KEYS = ("name", "description", "source", "time_scale", "seed", "workload", "defaults", "cells")
+_Z95 = 1.6448536269514722
+
+
+class ModelError(ValueError):
+    """A model file that cannot be served, saying what is wrong and what is accepted."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measured configuration (see the module docstring); ``None`` match keys match anything."""
+
+    role: str = "serve"
+    tp: int | None = None
+    ep: int | None = None
+    dp: int | None = None
+    pp: int | None = None
+    backend: str | None = None
+    chunk: int | None = None
+    concurrency: int = 1
+    isl: int = 16384
+    osl: int = 1
+    requests: int = 40
+    input_tps: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    repeat_noise_pct: float = 0.2
+    source: str = ""
+    note: str = ""
+
+    def matches(self, facts: Mapping[str, Any]) -> bool:
+        return all(getattr(self, k) is None or getattr(self, k) == facts.get(k) for k in MATCH_KEYS)
+
+    @property
+    def key(self) -> str:
+        return "/".join(f"{k}={getattr(self, k)}" for k in (*MATCH_KEYS, "concurrency", "isl"))
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """What paces the twin for one cell (modelled seconds; the engine multiplies by ``time_scale``)."""
+
+    prefill_tps: float
+    """Prefill tokens per second of the busy engine (shared by every request in its FIFO queue)."""
+    service_cv: float
+    """Spread of a request's prefill cost (lognormal, coefficient of variation)."""
+    wake_s: float
+    """Latency before the first step after the engine was idle."""
+    tpot_s: float
+    """Median per-request decode step."""
+    tpot_sigma: float
+    """Log-spread of the per-request decode step."""
+    noise_sigma: float
+    """Between-repeat relative noise of the engine rate (one draw per repeat, i.e. per cache flush)."""
+    fit: dict[str, float] = field(default_factory=dict, compare=False)
+    """The simulated observables of the fitted parameters (for docs and tests)."""
+
+
+@dataclass(frozen=True)
+class TwinModel:
+    name: str
+    path: Path | None
+    time_scale: float
+    seed: int
+    cells: tuple[Cell, ...]
+    default_tpot_ms: float
+    description: str = ""
+
+    def candidates(self, facts: Mapping[str, Any]) -> list[Cell]:
+        """The cells of a server with these facts (role, tp, ep, dp, pp, backend, chunk)."""
+        return [c for c in self.cells if c.matches(facts)]
+
+    def describe(self, facts: Mapping[str, Any]) -> str:
+        shown = ", ".join(f"{k}={facts.get(k)}" for k in MATCH_KEYS)
+        known = "; ".join(sorted({"/".join(f"{k}={getattr(c, k)}" for k in MATCH_KEYS) for c in self.cells}))
+        return f"no cell of twin model {self.name!r} matches {shown}; the model has: {known}"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """numpy's default ("linear") percentile, as the bench client computes it."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("percentile of nothing")
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def lognormal_quantiles(n: int, cv: float, seed: int | str = 7) -> list[float]:
+    """``n`` median-1 lognormal multipliers at the quantiles (i + 0.5) / n, in a fixed shuffled order."""
+    sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+    nd = NormalDist()
+    vals = [math.exp(sigma * nd.inv_cdf((i + 0.5) / n)) for i in range(n)]
+    random.Random(seed).shuffle(vals)
+    return vals
+
+
+def simulate(n: int, c: int, isl: int, rate: float, wake: float, mults: Sequence[float]) -> dict[str, float]:
+    """Closed loop: ``n`` requests of ``isl`` tokens at concurrency ``c`` on a FIFO prefill engine of ``rate``
+    tokens/s (request i costs ``isl * mults[i] / rate``); the engine starts ``wake`` after the first send.
+    Returns input TPS, TTFT P50/P95 (s) and the duration, as the bench client would measure them (OSL 1)."""
+    free = wake
+    done: list[float] = []
+    ttft: list[float] = []
+    for i in range(n):
+        sent = 0.0 if i < c else done[i - c]
+        end = max(free, sent) + isl * mults[i] / rate
+        free = end
+        done.append(end)
+        ttft.append(end - sent)
+    dur = max(done)
+    return {
+        "input_tps": n * isl / dur,
+        "ttft_p50_s": percentile(ttft, 50.0),
+        "ttft_p95_s": percentile(ttft, 95.0),
+        "duration_s": dur,
+    }
+
+
+def _fit_prefill(cell: Cell) -> tuple[float, float, float, dict[str, float]]:
+    n, c, isl = cell.requests, cell.concurrency, cell.isl
+    assert cell.ttft_p50_s is not None
+    p50 = cell.ttft_p50_s
+    p95 = cell.ttft_p95_s if cell.ttft_p95_s is not None else p50
+    tps = cell.input_tps if cell.input_tps is not None else c * isl / p50
+    rate, cv, wake = c * isl / p50, 0.05, 0.0
+    sim: dict[str, float] = {}
+    for _ in range(60):
+        sim = simulate(n, c, isl, rate, wake, lognormal_quantiles(n, cv))
+        rate *= sim["ttft_p50_s"] / p50
+        want_r, got_r = p95 / p50 - 1.0, sim["ttft_p95_s"] / sim["ttft_p50_s"] - 1.0
+        cv = min(1.5, max(0.0, cv + 0.8 * (want_r - got_r) * math.sqrt(c) / _Z95))
+        wake = max(0.0, wake + n * isl / tps - sim["duration_s"])
+    return rate, cv, wake, sim
+
+
+def calibrate(cell: Cell, default_tpot_ms: float) -> EngineParams:
+    """Engine parameters that reproduce ``cell``'s observables under its own workload (see the module doc)."""
+    if cell.ttft_p50_s is not None:
+        rate, cv, wake, sim = _fit_prefill(cell)
+    elif cell.input_tps is not None:
+        rate, cv, wake, sim = cell.input_tps, 0.0, 0.0, {}
+    else:
+        rate, cv, wake, sim = 1e12, 0.0, 0.0, {}  # a decode-only cell: prefill is not its cost
+    tp50 = (cell.tpot_p50_ms if cell.tpot_p50_ms is not None else default_tpot_ms) / 1000.0
+    tp95 = cell.tpot_p95_ms / 1000.0 if cell.tpot_p95_ms is not None else tp50
+    return EngineParams(
+        prefill_tps=rate,
+        service_cv=cv,
+        wake_s=wake,
+        tpot_s=tp50,
+        tpot_sigma=max(0.0, math.log(tp95 / tp50) / _Z95),
+        noise_sigma=cell.repeat_noise_pct / 100.0,
+        fit=sim,
+    )
+
+
+# -- loading -------------------------------------------------------------------------------------------------
+def _read(path: Path) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        data = json.loads(text)
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # pragma: no cover - Python 3.10 on a node
+            import tomli as tomllib  # type: ignore[no-redef]
+        data = tomllib.loads(text)
+    if not isinstance(data, dict):
+        raise ModelError(f"twin model {path}: expected a table at the top level")
+    return data
+
+
+def _positive(where: str, key: str, v: Any, kind: type) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)) or v <= 0:
+        raise ModelError(f"{where}: {key} must be a positive {kind.__name__}, got {v!r}")
+    return v
+
+
+def _cell(raw: Mapping[str, Any], base: Mapping[str, Any], where: str) -> Cell:
+    unknown = sorted(set(raw) - set(CELL_KEYS))
+    if unknown:
+        raise ModelError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(CELL_KEYS)}")
+    vals = {**base, **raw}
+    for k in ("tp", "ep", "dp", "pp", "chunk", "concurrency", "isl", "osl", "requests"):
+        if k in vals:
+            _positive(where, k, vals[k], int)
+    for k in ("input_tps", "ttft_p50_s", "ttft_p95_s", "tpot_p50_ms", "tpot_p95_ms", "repeat_noise_pct"):
+        if k in vals:
+            _positive(where, k, vals[k], float)
+    if vals.get("role", "serve") not in ("serve", "prefill", "decode"):
+        raise ModelError(f"{where}: role must be serve, prefill or decode, got {vals.get('role')!r}")
+    if "input_tps" not in vals and "ttft_p50_s" not in vals and "tpot_p50_ms" not in vals:
+        raise ModelError(f"{where}: a cell needs input_tps / ttft_p50_s (prefill) or tpot_p50_ms (decode)")
+    return Cell(**vals)
+
+
+def load_model(path: Path) -> TwinModel:
+    """Read and check a model file; :class:`ModelError` says what is wrong and what is accepted."""
+    where = f"twin model {path}"
+    try:
+        raw = _read(path)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{where}: cannot be read: {exc}") from None
+    unknown = sorted(set(raw) - set(_TOP_KEYS))
+    if unknown:
+        raise ModelError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_TOP_KEYS)}")
+    scale = _positive(where, "time_scale", raw.get("time_scale", 1.0), float)
+    workload = raw.get("workload", {})
+    defaults = dict(raw.get("defaults", {}))
+    tpot = float(defaults.pop("tpot_ms", 60.0))
+    base = {k: v for k, v in {**defaults, **workload}.items() if k in CELL_KEYS}
+    cells_raw = raw.get("cells")
+    if not isinstance(cells_raw, list) or not cells_raw:
+        raise ModelError(f"{where}: needs [[cells]] tables (one per backend x chunk x concurrency x layout)")
+    cells = tuple(_cell(c, base, f"{where}, cell {i + 1}") for i, c in enumerate(cells_raw))
+    return TwinModel(
+        name=str(raw.get("name", path.stem)),
+        path=path,
+        time_scale=float(scale),
+        seed=int(raw.get("seed", 0)),
+        cells=cells,
+        default_tpot_ms=tpot,
+        description=str(raw.get("description", "")),
+    )

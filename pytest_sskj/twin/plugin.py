@@ -1,0 +1,87 @@
+"""The twin platform's seam: how the unchanged SGLang commands start stand-in ranks on the twin's nodes.
+
+A profile whose platform layer is ``profiles/platforms/twin.toml`` (platform name ``twin``) runs on the
+stand-in cluster.  Its node commands are exactly the ones :func:`pytest_sskj.engines.node_commands` builds
+(``python3 -m sglang.launch_server ...``, every flag unchanged); this hook only adds to each node's
+environment (exported by the launcher's bootstrap script, never on a command line):
+
+- ``PYTHONPATH`` = the shim folder ``pytest_sskj/twin/shim`` (its ``sglang`` package has one module,
+  ``launch_server``, which runs :func:`pytest_sskj.twin.rank.main`; the netns nodes share this machine's
+  file system, as the real nodes share their NFS);
+- ``SSKJ_TWIN_MODEL`` = the performance model the ranks serve (``--sskj-twin-model`` / ``SSKJ_TWIN_MODEL``:
+  a file, or the name of a shipped one in ``pytest_sskj/twin/data``; default :data:`DEFAULT_MODEL`);
+- ``SSKJ_TWIN_SGLANG_PYTHON`` = ``SSKJ_SGLANG_PYTHON`` when it is set: rank 0 then parses and resolves its
+  argv with the real sglang package and serves sglang's own resolved values as ``/server_info``.
+
+Any other platform: the hook returns ``None`` and the built-in commands are used.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_sskj.server.spec import NodeCommand, ServerSpec
+from pytest_sskj.stash import SETTINGS_KEY
+
+__all__ = ["DATA", "DEFAULT_MODEL", "PLATFORM", "SHIM", "model_path", "shipped_models", "twin_env"]
+
+HERE = Path(__file__).resolve().parent
+SHIM = HERE / "shim"
+DATA = HERE / "data"
+PLATFORM = "twin"
+DEFAULT_MODEL = "kimi3-pro6000"
+
+
+def shipped_models() -> list[str]:
+    return sorted(p.stem for p in DATA.glob("*.toml"))
+
+
+def model_path(ref: str | None) -> Path:
+    """The model file of ``ref``: an existing file, or a shipped model's name; ``ValueError`` naming both."""
+    ref = ref or DEFAULT_MODEL
+    p = Path(ref).expanduser()
+    if p.is_file():
+        return p.resolve()
+    cand = DATA / f"{ref}.toml"
+    if cand.is_file():
+        return cand
+    raise ValueError(
+        f"twin model {ref!r} is neither a file nor a shipped model; shipped: {', '.join(shipped_models())} "
+        "(or give a TOML/JSON file of the same shape, docs/twin.md)"
+    )
+
+
+def twin_env(model_ref: str | None) -> tuple[tuple[str, str], ...]:
+    env = [("PYTHONPATH", str(SHIM)), ("SSKJ_TWIN_MODEL", str(model_path(model_ref)))]
+    real = os.environ.get("SSKJ_SGLANG_PYTHON", "")
+    if real:
+        env.append(("SSKJ_TWIN_SGLANG_PYTHON", real))
+    return tuple(env)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or settings.platform != PLATFORM:
+        return
+    from pytest_sskj.validate import usage
+
+    try:
+        model_path(settings.twin_model)
+    except ValueError as exc:
+        raise usage(str(exc), "a model file or " + ", ".join(shipped_models()), "see docs/twin.md") from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sskj_server_commands(config: pytest.Config, spec: ServerSpec) -> list[NodeCommand] | None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or settings.platform != PLATFORM or spec.engine != "sglang":
+        return None
+    from pytest_sskj.engines import node_commands
+
+    extra = twin_env(settings.twin_model)
+    names = {k for k, _ in extra}
+    return [replace(c, env=(*[(k, v) for k, v in c.env if k not in names], *extra)) for c in node_commands(spec)]

@@ -1,0 +1,74 @@
+"""The twin's performance model: the shipped file is seed 000's table and seed 004's PD figures, and the engine
+parameters fitted from each cell reproduce that cell's observables when its own workload is simulated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_sskj.twin.model import ModelError, calibrate, load_model, lognormal_quantiles, simulate
+from pytest_sskj.twin.plugin import DATA, model_path, shipped_models
+from twin_seeds import SEED000
+
+
+
+def test_the_shipped_model_holds_all_twelve_rows_of_seed_000_and_the_pd_figures_of_seed_004() -> None:
+    m = load_model(DATA / "kimi3-pro6000.toml")
+    serve = {(c.chunk, c.concurrency, c.backend): (c.input_tps, c.ttft_p50_s, c.ttft_p95_s) for c in m.cells
+             if c.role == "serve"}
+    assert serve == SEED000, "the model's serve cells are exactly seed 000's table"
+    pd = load_model(DATA / "kimi3-pro6000-pd.toml")
+    pre = [c for c in pd.cells if c.role == "prefill"]
+    dec = [c for c in pd.cells if c.role == "decode"]
+    assert [(c.pp, c.tp, c.ep, c.backend, c.chunk, c.input_tps, c.ttft_p50_s, c.ttft_p95_s) for c in pre] == [
+        (8, 4, 4, "flashinfer_mxfp4", 8192, 6364.31, 20.555, 21.345)
+    ]
+    assert [(c.pp, c.tp, c.ep, c.backend, c.tpot_p50_ms, c.tpot_p95_ms) for c in dec] == [
+        (1, 32, 32, "marlin", 63.20, 66.55)
+    ]
+
+
+@pytest.mark.parametrize("name", ["kimi3-pro6000", "kimi3-pro6000-worse", "kimi3-pro6000-equal", "kimi3-pro6000-pd"])
+def test_calibrated_engines_reproduce_every_cell_under_its_own_workload(name: str) -> None:
+    m = load_model(DATA / f"{name}.toml")
+    for c in m.cells:
+        if c.ttft_p50_s is None:
+            continue
+        p = calibrate(c, m.default_tpot_ms)
+        sim = simulate(c.requests, c.concurrency, c.isl, p.prefill_tps, p.wake_s,
+                       lognormal_quantiles(c.requests, p.service_cv))
+        assert c.input_tps is not None and c.ttft_p95_s is not None
+        for got, want, what in ((sim["input_tps"], c.input_tps, "input TPS"), (sim["ttft_p50_s"], c.ttft_p50_s, "P50"),
+                                (sim["ttft_p95_s"], c.ttft_p95_s, "P95")):
+            assert abs(got / want - 1) < 0.006, f"{c.source}: {what} simulated {got:.2f}, the cell says {want}"
+
+
+def test_the_worse_model_swaps_the_backends_and_the_equal_model_gives_both_marlins_figures() -> None:
+    base = {(c.chunk, c.concurrency, c.backend): c.input_tps for c in load_model(DATA / "kimi3-pro6000.toml").cells
+            if c.role == "serve"}
+    for name, other in (("worse", lambda b: "marlin" if b != "marlin" else "flashinfer_mxfp4"),
+                        ("equal", lambda b: "marlin")):
+        for c in load_model(DATA / f"kimi3-pro6000-{name}.toml").cells:
+            if c.role == "serve":
+                assert c.input_tps == base[(c.chunk, c.concurrency, other(c.backend))], (name, c)
+
+
+def test_a_model_file_with_an_unknown_key_or_no_figures_is_refused_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "m.toml"
+    bad.write_text('time_scale = 0.1\n[[cells]]\ntp = 8\nbackend = "marlin"\ninput_tsp = 3.0\n')
+    with pytest.raises(ModelError, match=r"unknown key\(s\) input_tsp; known: role, tp"):
+        load_model(bad)
+    bad.write_text('time_scale = 0.1\n[[cells]]\ntp = 8\n')
+    with pytest.raises(ModelError, match="a cell needs input_tps"):
+        load_model(bad)
+
+
+def test_the_model_option_takes_a_file_or_a_shipped_name_and_refuses_anything_else(tmp_path: Path) -> None:
+    assert {"kimi3-pro6000", "kimi3-pro6000-worse", "kimi3-pro6000-equal", "dsv4-layouts"} <= set(shipped_models())
+    f = tmp_path / "mine.toml"
+    f.write_text((DATA / "kimi3-pro6000.toml").read_text())
+    assert model_path(str(f)) == f.resolve()
+    assert model_path(None) == DATA / "kimi3-pro6000.toml"
+    with pytest.raises(ValueError, match="neither a file nor a shipped model; shipped: dsv4-layouts"):
+        model_path("kimi3-pro9000")

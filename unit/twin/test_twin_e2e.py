@@ -1,0 +1,224 @@
+"""The users' own jobs, end to end, on the stand-in SGLang cluster (docs/twin.md): the users' exact commands over
+our real SSH launcher on eight network-namespace sshd hosts named 601-608, stand-in ranks paced by the twin model,
+the real ``sglang-router`` for PD.  Each job runs as the user runs it (``pytest acceptance/ ...`` in a
+subprocess, from the repository root) and is judged from what it wrote: exit status, results, verdicts,
+``summary.md``.
+
+The hosts are ``SSKJ_NETNS_FIRST`` .. +7 (``/tmp/sskj-twin-hosts-<FIRST>``), renamed 601-608 in a derived
+ssh_config so the users' ``--nodes 601-604`` is used unchanged; they overlap the SSH launcher tests' numbers,
+so this module runs in its own CI phase (``.ci/twin_job.sh``), never beside them.  ``SSKJ_REQUIRE_TWIN=1``
+(set there) turns every missing prerequisite into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sskj.report.conclusions import conclusions
+from pytest_sskj.testing.netns import netns_skip_reason
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "tools" / "netns_hosts.sh"
+FIRST = int(os.environ.get("SSKJ_NETNS_FIRST", "601"))
+HOSTS_DIR = Path(f"/tmp/sskj-twin-hosts-{FIRST}")
+HOSTS = tuple(str(FIRST + k) for k in range(8))
+USER_NODES = tuple(str(601 + k) for k in range(8))
+REQUIRED = os.environ.get("SSKJ_REQUIRE_TWIN", "") == "1"
+
+pytestmark = [
+    pytest.mark.slow,  # minutes of real ssh ranks, router and benchmark traffic
+    pytest.mark.skipif(not REQUIRED and netns_skip_reason() is not None, reason=netns_skip_reason() or ""),
+]
+
+
+def _tool(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SSKJ_NETNS_")}
+    env["SSKJ_NETNS_FIRST"] = str(FIRST)
+    return subprocess.run(["bash", str(TOOL), *args], capture_output=True, text=True, timeout=180, env=env)
+
+
+def _foreign_pids() -> dict[str, set[int]]:
+    out = {}
+    for h in HOSTS:
+        pids = subprocess.run(["ip", "netns", "pids", f"sskjnode{h}"], capture_output=True, text=True).stdout.split()
+        sshd = int((HOSTS_DIR / "hosts" / h / "sshd.pid").read_text().strip())
+        left = {int(p) for p in pids} - {sshd}
+        if left:
+            out[h] = left
+    return out
+
+
+@pytest.fixture(scope="module")
+def ssh_config() -> Iterator[Path]:
+    reason = netns_skip_reason()
+    if reason is not None:
+        pytest.fail(f"SSKJ_REQUIRE_TWIN=1 but the network-namespace hosts cannot be made: {reason}")
+    try:
+        up = _tool("up", str(len(HOSTS)), str(HOSTS_DIR))
+        assert up.returncode == 0, f"tools/netns_hosts.sh up 8 failed ({up.returncode}):\n{up.stderr}"
+        text = (HOSTS_DIR / "ssh_config").read_text()
+        for host, alias in zip(HOSTS, USER_NODES, strict=True):
+            text, n = re.subn(rf"^Host {host} sskjnode{host}$", f"Host {alias}", text, flags=re.M)
+            assert n == 1, f"expected one 'Host {host} sskjnode{host}' block in the script's ssh_config"
+        cfg = HOSTS_DIR / "twin_ssh_config"
+        cfg.write_text(text)
+        yield cfg
+    finally:
+        down = _tool("down", str(HOSTS_DIR))
+        assert down.returncode == 0, f"tools/netns_hosts.sh down failed:\n{down.stderr}"
+
+
+def _router_python() -> str:
+    py = os.environ.get("SSKJ_ROUTER_PYTHON", "")
+    if py and Path(py).is_file():
+        return py
+    reason = "the real sglang-router is needed: run .ci/install_router.sh and set SSKJ_ROUTER_PYTHON"
+    if REQUIRED:
+        pytest.fail(f"SSKJ_REQUIRE_TWIN=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _sglang_python() -> str:
+    py = os.environ.get("SSKJ_SGLANG_PYTHON", "")
+    if py and Path(py).is_file():
+        return py
+    reason = "the real sglang parser is needed: run .ci/install_sglang.sh and set SSKJ_SGLANG_PYTHON"
+    if REQUIRED:
+        pytest.fail(f"SSKJ_REQUIRE_TWIN=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _job(
+    tmp: Path, run_id: str, *args: str, real_parser: bool = False, timeout_s: float = 540.0
+) -> tuple[int, str, float, Path]:
+    """``pytest acceptance/ ARGS`` from the repository root, as the user types it; exit code, output, wall, run dir.
+
+    ``real_parser``: rank 0 of every server also parses and resolves its argv with the real sglang package
+    (about 15-40 s per server start on a loaded 2-core box, so only where it is worth it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SSKJ_"))}
+    if real_parser:
+        env["SSKJ_SGLANG_PYTHON"] = _sglang_python()
+    argv = [sys.executable, "-m", "pytest", "acceptance/", *args, "--reports-dir", str(tmp), "--run-id", run_id]
+    argv += ["-p", "no:cacheprovider", "--sskj-db", "none"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    wall = time.perf_counter() - t0
+    print(f"{' '.join(args)}: exit {proc.returncode} in {wall:.1f} s")
+    return proc.returncode, proc.stdout + proc.stderr, wall, tmp / run_id
+
+
+def _read(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    verdicts = json.loads((run / "verdicts.json").read_text())["verdicts"]
+    settings = json.loads((run / "manifest.json").read_text())["settings"]
+    return rows, verdicts, settings
+
+
+def _users_prefill(cfg: Path, *extra: str) -> list[str]:
+    return ["--profile", "twin/kimi3-sglang-prefill", "--nodes", "601-604", "--backend", "marlin,flashinfer_mxfp4",
+            "--sskj-ssh-config", str(cfg), *extra]
+
+
+def test_the_users_prefill_ab_passes_and_its_summary_states_seed_000s_conclusions_computed(
+    ssh_config: Path, tmp_path: Path
+) -> None:
+    rc, out, wall, run = _job(tmp_path, "users-ab", *_users_prefill(ssh_config))
+    assert rc == 0, f"the users' job should pass on the seed-calibrated twin, exit {rc}:\n{out[-6000:]}"
+    rows, verdicts, settings = _read(run)
+    points = {(r["backend"], r["chunk"], r["concurrency"], r["repeat"]) for r in rows if r["status"] == "passed"}
+    assert len(points) == 36, f"2 backends x 3 chunks x 2 C x 3 repeats passed, saw {len(points)}"
+    assert all(r["completed"] == 40 and r["total_output_tokens"] == 40 for r in rows), "40/40 requests, 1 token each"
+    comps = {(v["chunk"], v["concurrency"]): v["outcome"] for v in verdicts if v.get("kind") == "comparison"}
+    assert comps == {(ch, c): "better" for ch in (4096, 8192, 16384) for c in (8, 16)}, comps
+    summary = (run / "summary.md").read_text()
+    c = conclusions(rows, verdicts, settings)  # recomputed here from the files: the summary states exactly these
+    for s in c.statements:
+        assert s in summary, f"summary.md should state the computed conclusion {s!r}"
+        assert s in out, f"the terminal summary should state {s!r}"
+    assert "flashinfer_mxfp4 is better than marlin on all 6 compared shapes" in summary
+    for b in ("marlin", "flashinfer_mxfp4"):
+        assert f"{b}: chunk 8K is best at every concurrency (C=8: 8K, C=16: 8K), inside the grid" in summary
+    assert "so C=8 is already near prefill-throughput saturation" in summary
+    assert "recommendation: EP4 + flashinfer_mxfp4 + chunk 8192" in summary
+    gains = re.findall(r"chunk (\d+K): flashinfer_mxfp4 vs marlin C=8: \+(\d+\.\d+) % Input TPS", summary)
+    seen = {k: float(v) for k, v in gains}
+    for chunk, seed in (("4K", 9.75), ("8K", 11.00), ("16K", 7.63)):  # seed 000's C=8 gains
+        assert abs(seen[chunk] - seed) < 2.5, f"{chunk} C=8 gain {seen[chunk]} % should be near the seed's {seed} %"
+    assert _foreign_pids() == {}, "the launcher's teardown leaves nothing but sshd on the hosts"
+    print(f"users' 36-point job: {wall:.1f} s wall")
+
+
+def test_served_a_model_where_the_candidate_is_worse_the_same_job_fails_with_worse(
+    ssh_config: Path, tmp_path: Path
+) -> None:
+    # one chunk of the users' grid keeps the CI phase short; the verdicts are per shape
+    rc, out, _, run = _job(tmp_path, "worse", *_users_prefill(ssh_config, "--chunk", "8K",
+                                                                "--sskj-twin-model", "kimi3-pro6000-worse"))
+    assert rc == 1, f"the job must fail when the candidate is worse, exit {rc}:\n{out[-4000:]}"
+    rows, verdicts, settings = _read(run)
+    comps = {v["concurrency"]: v["outcome"] for v in verdicts if v.get("kind") == "comparison"}
+    assert comps == {8: "worse", 16: "worse"}, comps
+    assert re.search(r"FAILED acceptance/test_backend_comparison.py::\S+chunk8192-c8", out), out[-3000:]
+    summary = (run / "summary.md").read_text()
+    assert "flashinfer_mxfp4 is NOT better than marlin on all 2 shapes: better on 0/2" in summary, summary[-3000:]
+    assert "recommendation: EP4 + marlin + chunk 8192 (flashinfer_mxfp4 worse on every shape)" in summary
+
+
+def test_with_equal_backends_nothing_says_better(ssh_config: Path, tmp_path: Path) -> None:
+    rc, out, _, run = _job(tmp_path, "equal", *_users_prefill(ssh_config, "--chunk", "8K",
+                                                                "--sskj-twin-model", "kimi3-pro6000-equal"))
+    rows, verdicts, settings = _read(run)
+    outcomes = [v["outcome"] for v in verdicts if v.get("kind") == "comparison"]
+    assert len(outcomes) == 2 and "better" not in outcomes, outcomes
+    summary = (run / "summary.md").read_text()
+    assert "is better than marlin" not in summary and "+ flashinfer_mxfp4" not in summary, summary[-3000:]
+    assert rc == 1, "the users' job demands better: equal backends fail it"
+
+
+def test_the_pd_job_runs_seed_004s_four_points_over_the_real_router(ssh_config: Path, tmp_path: Path) -> None:
+    router = _router_python()
+    rc, out, wall, run = _job(tmp_path, "pd", "--profile", "twin/kimi3-sglang-pd", "--nodes", "601-608",
+                              "--sskj-ssh-config", str(ssh_config), "--sskj-router-python", router, real_parser=True)
+    rows, _, _ = _read(run)
+    assert rc == 0, f"the PD job should pass, exit {rc}:\n{out[-6000:]}"
+    got = sorted((r["isl"], r["osl"], r["concurrency"]) for r in rows)
+    assert got == [(16384, 1, 1), (16384, 1, 8), (16384, 512, 1), (16384, 512, 8)], f"seed 004's 4 points: {got}"
+    for r in rows:
+        assert r["median_ttft_ms"] and r["p95_ttft_ms"], r
+        if r["osl"] == 512:
+            assert r["median_tpot_ms"] and r["p95_tpot_ms"], r
+    c8 = {r["osl"]: r for r in rows if r["concurrency"] == 8}
+    scale = 0.05  # kimi3-pro6000-pd.toml
+    ttft = c8[1]["median_ttft_ms"] / scale / 1000
+    tpot = c8[512]["median_tpot_ms"] / scale
+    assert abs(ttft / 20.555 - 1) < 0.15, f"16K->1 C8 TTFT P50 {ttft:.2f} modelled s, seed 004: 20.555 s"
+    assert abs(tpot / 63.20 - 1) < 0.15, f"16K->512 C8 TPOT P50 {tpot:.1f} modelled ms, seed 004: 63.20 ms"
+    for group, node in (("prefill", "601"), ("decode", "605")):
+        log = (run / "logs" / node / "rank0.log").read_text()
+        assert "twin: sglang 0.5.23 parsed and resolved the arguments" in log, f"{group} rank 0: {log[-1500:]}"
+    summary = (run / "summary.md").read_text()
+    assert "TPOT P50" in summary and "TPOT P95" in summary, "the summary shows TPOT P50/P95 per point (h2's column)"
+    assert _foreign_pids() == {}, "routers and ranks are gone"
+    print(f"PD job: {wall:.1f} s wall")
+
+
+def test_the_dsv4_layout_job_recommends_the_models_winner_per_shape(ssh_config: Path, tmp_path: Path) -> None:
+    rc, out, wall, run = _job(tmp_path, "dsv4", "--profile", "twin/dsv4-sglang-matrix",
+                              "--sskj-ssh-config", str(ssh_config))
+    _, verdicts, _ = _read(run)
+    recs = {v["id"]: v for v in verdicts if v.get("kind") == "recommendation"}
+    winners = {k.split("-auto")[0]: (v["winner"]["layout"], v["conclusive"]) for k, v in recs.items()}
+    # dsv4-layouts.toml: tp2dp4 decodes fastest (1K/64), tp8dp1 prefills fastest (8K/8), tp4dp2 never wins
+    assert winners == {"isl1024-osl64": ("tp2dp4", True), "isl8192-osl8": ("tp8dp1", True)}, (winners, out[-3000:])
+    assert rc == 0, f"the layout job should pass, exit {rc}:\n{out[-5000:]}"
+    print(f"DSV4 layout job: {wall:.1f} s wall")
