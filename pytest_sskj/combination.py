@@ -127,9 +127,17 @@ def _engine_checks(s: Settings, info: Any) -> None:
             (
                 f"deployment group {g.name}",
                 replace(
-                    s, nodes=g.nodes, tp=g.tp, dp=g.dp, ep=g.ep, pp=g.pp, placement=g.placement, deployment=None,
-                    backends=(g.backend,) if g.backend else (), chunks=(g.chunk,) if g.chunk else (),
-                ),  # fmt: skip
+                    s,
+                    nodes=g.nodes,
+                    tp=g.tp,
+                    dp=g.dp,
+                    ep=g.ep,
+                    pp=g.pp,
+                    placement=g.placement,
+                    deployment=None,
+                    backends=(g.backend,) if g.backend else (),
+                    chunks=(g.chunk,) if g.chunk else (),
+                ),
             )
             for g in s.deployment.groups
         ]
