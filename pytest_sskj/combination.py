@@ -29,7 +29,12 @@ __all__ = ["check_all", "check_combination", "dimensions"]
 def dimensions(
     values: dict[str, Any], profile: Profile | None, sources: Mapping[str, str], opts: Mapping[str, Option]
 ) -> None:
-    """Layouts and shapes from their options (and the profile's ``[[layouts]]`` tables)."""
+    """Layouts and shapes from their options (and the profile's ``[[layouts]]`` tables); first, the engine's
+    reference-job defaults are dropped where they do not belong (:func:`pytest_sskj.profile.settle_matrix`)."""
+    from pytest_sskj.profile import settle_matrix
+
+    settle_matrix(values, dict(sources) if not isinstance(sources, dict) else sources,
+                  get_engine(values["engine"]).backends, profile)  # fmt: skip
     tables = profile.layouts if profile else ()
     origin = str(profile.path) if profile else "profile"
     src = sources.get("layouts", "default")

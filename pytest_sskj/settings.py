@@ -316,9 +316,6 @@ def resolve_settings(
         if opt.dest in values:
             continue
         values[opt.dest] = r.get(opt, info.defaults)
-    from pytest_sskj.profile import settle_matrix
-
-    settle_matrix(values, r.sources, info.backends, r.profile)  # the engine's reference job: no profile's own
     values["profile"] = r.profile.path if r.profile else None
     values["nodes"] = values["nodes"] or ()
     values["server_args"] = values["server_args"] or ()
