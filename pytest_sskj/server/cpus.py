@@ -175,7 +175,8 @@ def raise_autogroup_priority(nice: int = CLIENT_AUTOGROUP_NICE) -> tuple[str, in
         group.write_text(f"{nice}\n")
         return f"autogroup nice {group.read_text().split()[-1]} (was {before})", before
     except (OSError, ValueError, IndexError) as exc:
-        return f"autogroup unchanged ({getattr(exc, 'strerror', None) or exc})", None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        return f"autogroup unchanged ({why})", None
 
 
 def restore_autogroup(nice: int | None) -> None:
