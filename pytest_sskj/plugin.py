@@ -19,6 +19,7 @@ _SUBPLUGINS = (
     "pytest_sskj.fixtures",
     "pytest_sskj.gpu.fixtures",
     "pytest_sskj.gpu.serving",
+    "pytest_sskj.identity.plugin",
     "pytest_sskj.server.fixtures",
     "pytest_sskj.bench.fixtures",
     "pytest_sskj.report.plugin",
