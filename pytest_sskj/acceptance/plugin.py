@@ -507,9 +507,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.dry_run:
         return
     from pytest_sskj.acceptance.resume import guard_resume, write_fingerprint
+    from pytest_sskj.recording import records
 
     if not settings.resume:
-        if not hasattr(config, "workerinput"):
+        if not hasattr(config, "workerinput") and records(config):
             write_fingerprint(settings)
         return
     d = settings.reports_dir / settings.resume

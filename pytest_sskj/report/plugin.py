@@ -114,7 +114,10 @@ class Reporter:
 
     @property
     def enabled(self) -> bool:
-        return not self.settings.dry_run
+        """Off in a dry run and in a session that records no run (:mod:`pytest_sskj.recording`)."""
+        from pytest_sskj.recording import records
+
+        return not self.settings.dry_run and records(self.config)
 
     # -- result rows and verdicts (any process) ------------------------------------------------------
     @pytest.hookimpl
