@@ -9,6 +9,7 @@ catch "anything sskj said" in one clause while keeping the specific kinds apart:
     │   ├── ServerLaunchError       a rank could not be started, or exited before it was healthy
     │   ├── HealthTimeout           no healthy answer before the deadline
     │   ├── ServerConfigMismatch    /server_info disagrees with the spec that was launched
+    │   ├── EnvironmentMismatch     the nodes of one launch do not run the same build (category environment)
     │   └── ServerCrashed           a rank died (or a fatal log signature appeared) while serving
     ├── LauncherError               the launcher itself failed (ssh unreachable, unknown kind, ...)
     ├── StreamProtocolError         a server stream that does not follow the protocol
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "EnvironmentMismatch",
     "GpuUnavailable",
     "HealthTimeout",
     "LauncherError",
@@ -62,6 +64,10 @@ class HealthTimeout(ServerError):
 
 class ServerConfigMismatch(ServerError):
     """The running server reports a configuration different from the spec that was launched."""
+
+
+class EnvironmentMismatch(ServerError):
+    """The nodes of one launch do not run the same build (engine, commits, torch/CUDA, driver, image)."""
 
 
 class ServerCrashed(ServerError):

@@ -457,6 +457,14 @@ OPTIONS: tuple[Option, ...] = (
         default=False,
     ),
     Option(
+        "allow_mixed_builds",
+        ("--sskj-allow-mixed-builds",),
+        "bool",
+        "Launch even when the nodes run different builds (engine/commit, torch+CUDA, driver, image differ; refused "
+        "with category environment by default); the mix is recorded in the manifest",
+        default=False,
+    ),
+    Option(
         "expect_best_chunk",
         ("--expect-best-chunk",),
         "size",

@@ -5,7 +5,9 @@ nothing else.  :func:`fact_differences` lists every recorded fact (engine and Fl
 commits, torch, driver, CUDA, GPU SKU, model path, parallel sizes, ...) on which the two sides differ,
 except the compared dimension and facts that describe one server start rather than what it ran
 (``startup_s``).  A fact recorded on one side only counts as a difference: nothing proves the two
-sides agree on it.  :func:`spec_differences` does the same for two server specs of one run.  Callers
+sides agree on it; except the build identity of every node (``build``, ``build.*``), which runs from before
+it was recorded lack (its values, where both sides have them, still count: a different build is a different
+environment).  :func:`spec_differences` does the same for two server specs of one run.  Callers
 mark a comparison ``incomparable`` with these reasons (:func:`pytest_sskj.acceptance.compare.compare`).
 """
 
@@ -30,6 +32,11 @@ def _norm(v: Any) -> Any:
     return v
 
 
+def _is_build_fact(key: str) -> bool:
+    """The every-node build identity (:func:`pytest_sskj.identity.build_facts`: ``build``, ``build.sglang.commit``)."""
+    return key == "build" or key.startswith("build.")
+
+
 def fact_differences(
     a: Mapping[str, Any], b: Mapping[str, Any], *, compared: Iterable[str] = _BACKEND_FACTS
 ) -> list[str]:
@@ -37,6 +44,8 @@ def fact_differences(
     skip = PER_START_FACTS | set(compared)
     out = []
     for key in sorted((set(a) | set(b)) - skip):
+        if _is_build_fact(key) and (key not in a or key not in b):
+            continue  # the build identity of a run recorded before nodes were probed: only values that differ count
         va, vb = _norm(a.get(key)), _norm(b.get(key))
         if va != vb:
             out.append(f"{key}: {va!r} vs {vb!r}")

@@ -26,6 +26,7 @@ from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.bench.result import BenchFn, BenchOutcome
 from pytest_sskj.engines import cache_resets, get_engine
 from pytest_sskj.errors import (
+    EnvironmentMismatch,
     HealthTimeout,
     LauncherError,
     ServerConfigMismatch,
@@ -39,6 +40,8 @@ from pytest_sskj.server.logscan import Finding
 from pytest_sskj.server.serving import Serving, ServingPool
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
+from pytest_sskj.telemetry import point_telemetry
+from pytest_sskj.telemetry.summary import THROUGHPUT_TOLERANCE_PCT
 
 if TYPE_CHECKING:
     from pytest_sskj.bench.client import BenchTimeouts
@@ -327,10 +330,12 @@ class PointRunner:
         _attach_commands(server)
         mark = server.mark()
         out_dir = self.store.point_dir(point.id)
-        result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
+        with point_telemetry(server, getattr(pool, "launcher", None), out_dir) as telemetry:
+            result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
         findings = self._scan(server, mark, outcome)
         if result is not None:
             self._record(point, result, out_dir, outcome)
+            outcome.row.update(telemetry.summary(outcome.row, tolerance_pct=THROUGHPUT_TOLERANCE_PCT))
         crash = crash or self._after_bench(point, spec, server, result, findings)
         if crash is not None:
             self._break(pool, spec, point, "hung" if crash[0] in ("timeout", "hang") else "crashed")
@@ -361,6 +366,10 @@ class PointRunner:
         except LauncherError as exc:  # ssh unreachable, program missing: the same for every repeat
             what, msg = "launch failed", f"{cat.CRASH} server {spec.label} could not be launched"
             err = exc
+        except EnvironmentMismatch as exc:  # the nodes run different builds (the message names them): nothing launched
+            self._break(pool, spec, point, "refused (mixed builds)")
+            self._fail(outcome, "environment", _excerpt(str(exc)))
+            return None
         except (ServerLaunchError, ServerConfigMismatch, ServerCrashed) as exc:
             what = "failed to start"
             msg = f"{cat.CRASH} server {spec.label} failed to start ({type(exc).__name__})"

@@ -384,7 +384,7 @@ class SGLangEngine(Engine):
     health_path = "/health_generate"
     logs = _LOGS
     versions = VersionFacts(
-        distributions=("sglang",), modules=("sglang", "flashinfer", "torch"), checked=PINNED_VERSION
+        distributions=("sglang",), modules=("sglang", "sgl_kernel", "flashinfer", "torch"), checked=PINNED_VERSION
     )
     cache_reset = CacheReset("POST", "/flush_cache", method_on_405="GET")
     restart_cost = "expensive"

