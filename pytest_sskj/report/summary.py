@@ -425,6 +425,29 @@ def _facts(m: Mapping[str, Any], settings: Mapping[str, Any]) -> list[tuple[str,
     return facts
 
 
+_COUNTED = ("passed", "failed", "skipped", "error", "xfailed", "xpassed")
+
+
+def _session_lines(m: Mapping[str, Any]) -> list[str]:
+    """The session's test counts, why tests were deselected and the overhead line, as the terminal printed them
+    (the manifest's ``counts`` and ``session``; nothing for a manifest that predates them)."""
+    counts = m.get("counts") if isinstance(m.get("counts"), Mapping) else None
+    session = m.get("session") if isinstance(m.get("session"), Mapping) else {}
+    assert isinstance(session, Mapping)
+    if counts is None and not session:
+        return []
+    out = ["", "## Session", ""]
+    if counts is not None:
+        shown = [
+            f"{int(counts.get(k) or 0)} {k}" for k in _COUNTED if k in ("passed", "failed", "skipped") or counts.get(k)
+        ]
+        out.append(f"- tests: {', '.join(shown)}, {int(session.get('deselected') or 0)} deselected")
+    out += [f"- {line}" for line in session.get("deselections") or ()]
+    if session.get("overhead"):
+        out.append(f"- {session['overhead']}")
+    return out
+
+
 def render_summary(
     rows: Sequence[Mapping[str, Any]],
     verdicts: Sequence[Mapping[str, Any]],
@@ -442,6 +465,7 @@ def render_summary(
         baseline = str(next(iter(settings["backends"])))
     lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
     lines += [f"- {k}: {v}" for k, v in _facts(m, settings) if v not in (None, "")]
+    lines += _session_lines(m)
     if problems:
         lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
     points = summarize_points(rows, baseline)

@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         ),
     ),
     ("engines", frozenset({"engines"})),
-    ("settings", frozenset({"options", "profile", "settings", "registry"})),
+    ("settings", frozenset({"options", "profile", "settings", "registry", "recording"})),
     ("server", frozenset({"server"})),
     ("clients", frozenset({"gpu", "bench", "numerics", "models", "testing", "identity", "telemetry"})),
     ("flows", frozenset({"acceptance", "deploy", "history", "report", "plan", "twin", "combination"})),
