@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pytest_sskj.records import METRIC_FIELDS
+from pytest_sskj.vocabulary import COMPUTED
 
 __all__ = [
     "MEDIANS_FIELDS",
     "MEDIANS_HEADER",
+    "MEDIAN_METRICS",
     "PointSummary",
     "format_chunk",
     "format_delta",
@@ -57,6 +61,8 @@ class PointSummary:
     is_baseline: bool = False
     slo_met: bool | None = None
     """Every passed repeat met every judged SLO gate (``False``: one missed; ``None``: nothing judged)."""
+    medians: Mapping[str, float | None] = field(default_factory=dict)
+    """The median over the passed repeats of every :data:`MEDIAN_METRICS` metric (registry names)."""
 
     @property
     def vs_baseline(self) -> str:
@@ -161,6 +167,7 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             ttft_p95_ms=_median(r.get("p95_ttft_ms") for r in ok),
             tpot_p95_ms=_median(r.get("p95_tpot_ms") for r in ok),
             slo_met=_all_met(ok),
+            medians={m: _median(r.get(m) for r in ok) for m in MEDIAN_METRICS},
         )
     out: list[PointSummary] = []
     for key in sorted(raw, key=lambda k: (order(k[2])[0], _sort_key(k[0]), _sort_key(k[1]), order(k[2])[1])):
@@ -187,14 +194,13 @@ def _all_met(rows: Sequence[Mapping[str, Any]]) -> bool | None:
 
 MEDIANS_HEADER = ("Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline")
 """The users' table: ``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | vs baseline``."""
+MEDIAN_METRICS = tuple(n for n in METRIC_FIELDS if n in COMPUTED)
+"""The metrics ``medians.csv`` carries: every metric the bench computes (:mod:`pytest_sskj.vocabulary`)."""
 MEDIANS_FIELDS = (
     "chunk",
     "concurrency",
     "backend",
-    "input_throughput",
-    "ttft_p50_ms",
-    "ttft_p95_ms",
-    "tpot_p95_ms",
+    *MEDIAN_METRICS,
     "tps_vs_baseline_pct",
     "ttft_vs_baseline_pct",
     "is_baseline",
@@ -202,7 +208,8 @@ MEDIANS_FIELDS = (
     "passed",
     "slo_met",
 )
-"""Columns of ``medians.csv`` / ``medians.json`` (the same points as the table, unformatted)."""
+"""Columns of ``medians.csv`` / ``medians.json`` (the same points as the table, unformatted; metric columns
+under their registry names, the median over the passed repeats)."""
 
 
 def medians_cells(p: PointSummary) -> tuple[str, ...]:
@@ -221,7 +228,7 @@ def medians_cells(p: PointSummary) -> tuple[str, ...]:
 
 def medians_records(points: Sequence[PointSummary]) -> list[dict[str, Any]]:
     """:data:`MEDIANS_FIELDS` of every point (numbers, ``None`` when undefined)."""
-    return [{k: getattr(p, k) for k in MEDIANS_FIELDS} for p in points]
+    return [{k: p.medians.get(k) if k in MEDIAN_METRICS else getattr(p, k) for k in MEDIANS_FIELDS} for p in points]
 
 
 def write_medians(run_dir: Path, rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list[Path]:
