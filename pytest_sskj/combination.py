@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_sskj.deploy.layouts import build_shapes, layout_problems, parse_size_seq, resolve_layouts
-from pytest_sskj.deploy.topology import topology_from_table
+from pytest_sskj.deploy.topology import bind_run, topology_from_table
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import usage_error, where
 from pytest_sskj.validate import check_settings
@@ -29,7 +29,12 @@ __all__ = ["check_all", "check_combination", "dimensions"]
 def dimensions(
     values: dict[str, Any], profile: Profile | None, sources: Mapping[str, str], opts: Mapping[str, Option]
 ) -> None:
-    """Layouts and shapes from their options (and the profile's ``[[layouts]]`` tables)."""
+    """Layouts and shapes from their options (and the profile's ``[[layouts]]`` tables); first, the engine's
+    reference-job defaults are dropped where they do not belong (:func:`pytest_sskj.profile.settle_matrix`)."""
+    from pytest_sskj.profile import settle_matrix
+
+    settle_matrix(values, dict(sources) if not isinstance(sources, dict) else sources,
+                  get_engine(values["engine"]).backends, profile)  # fmt: skip
     tables = profile.layouts if profile else ()
     origin = str(profile.path) if profile else "profile"
     src = sources.get("layouts", "default")
@@ -52,12 +57,32 @@ def dimensions(
     values["isl"], values["osl"] = values["shapes"][0]
     if profile is not None and profile.deployment is not None:
         try:
-            values["deployment"] = topology_from_table(profile.deployment, origin)
+            topo = topology_from_table(profile.deployment, origin, template=values["node_template"])
         except ValueError as exc:
             raise pytest.UsageError(
                 f"{exc}\n  accepted: see pytest_sskj/deploy/topology.py (groups: name, role, nodes, tp/dp/ep/pp, "
                 "backend, chunk, server_args, env; router: port, node, policy)\n  Hint: fix the key the message names"
             ) from None
+        _bind_deployment(values, profile, sources, opts, topo)
+
+
+def _bind_deployment(
+    values: dict[str, Any], profile: Profile, sources: Mapping[str, str], opts: Mapping[str, Option], topo: Any
+) -> None:
+    """The run's nodes, backend and chunk bound into the deployment's groups (deploy/topology.py: bind_run)."""
+
+    def given(dest: str) -> tuple[Any, str]:
+        src = sources.get(dest, "default")
+        return (values[dest] or ()) if src not in ("engine", "default") else (), where(src, opts[dest], profile)
+
+    (nodes, nodes_from), (backends, b_from), (chunks, c_from) = given("nodes"), given("backends"), given("chunks")
+    try:
+        topo = bind_run(topo, nodes=nodes, nodes_from=nodes_from, backends=backends, backends_from=b_from,
+                        chunks=chunks, chunks_from=c_from)  # fmt: skip
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    values["deployment"], values["nodes"] = topo, topo.nodes
+    values["backends"], values["chunks"] = (topo.arm,), ()
 
 
 def _check_layouts(s: Settings) -> None:
@@ -106,7 +131,18 @@ def _engine_checks(s: Settings, info: Any) -> None:
         cells = [
             (
                 f"deployment group {g.name}",
-                replace(s, nodes=g.nodes, tp=g.tp, dp=g.dp, ep=g.ep, pp=g.pp, placement=g.placement, deployment=None),
+                replace(
+                    s,
+                    nodes=g.nodes,
+                    tp=g.tp,
+                    dp=g.dp,
+                    ep=g.ep,
+                    pp=g.pp,
+                    placement=g.placement,
+                    deployment=None,
+                    backends=(g.backend,) if g.backend else (),
+                    chunks=(g.chunk,) if g.chunk else (),
+                ),
             )
             for g in s.deployment.groups
         ]
@@ -122,7 +158,7 @@ def _engine_checks(s: Settings, info: Any) -> None:
 
 def check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
     info = get_engine(s.engine)
-    unknown = [b for b in s.backends if b not in info.backends]
+    unknown = [b for b in s.backends if b not in info.backends] if s.deployment is None else []
     if unknown:
         place = where(s.sources.get("backends", "cli"), opts["backends"], None)
         raise pytest.UsageError(

@@ -11,6 +11,7 @@ from pytest_sskj.engines import node_commands
 from pytest_sskj.redact import redact_url
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
+from pytest_sskj.stash import NOT_APPLICABLE_KEY
 
 __all__ = ["plan_lines", "planned_specs"]
 
@@ -21,8 +22,8 @@ def planned_specs(settings: Settings) -> list[ServerSpec]:
 
     specs: list[ServerSpec] = []
     for lay, _ in matrix.dimensions(settings):
-        for chunk in settings.chunks:
-            for backend in settings.backends:
+        for chunk in tuple(settings.chunks) or (None,):  # none given: one server with the engine's own chunk
+            for backend in matrix.arms(settings.backends):
                 point = matrix.Point(backend, chunk, 0, 0, 0, layout=lay)
                 spec = matrix.spec_for(settings, point)
                 if spec not in specs:
@@ -47,6 +48,24 @@ def _dimension_lines(s: Settings) -> list[str]:
     return out
 
 
+def _parallel(s: Settings) -> str:
+    if s.deployment is not None:
+        return "per group: " + "; ".join(f"{g.name} {g.sizes}" for g in s.deployment.groups)
+    if s.layouts:
+        return "per layout (below)"
+    return f"TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}"
+
+
+def _backends(s: Settings) -> str:
+    if s.deployment is not None:
+        per = ", ".join(
+            f"{g.name} {g.backend or 'engine default'}" + (f" chunk {g.chunk}" if g.chunk else "")
+            for g in s.deployment.groups
+        )
+        return f"backends: per group ({per}); one fixed deployment, no A/B"
+    return f"backends: {','.join(s.backends)} (baseline {s.baseline})"
+
+
 def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest.Item]) -> list[str]:
     """The plan as printable lines (no secrets: environment values of secret names are redacted)."""
     s = settings
@@ -55,10 +74,10 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         f"run id: {s.run_id}    reports: {s.run_dir_display}",
         f"engine: {s.engine}    launcher: {s.launcher}    placement: {s.placement}    "
         f"nodes: {','.join(s.nodes) or 'local'}",
-        f"parallel: TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}    shape: ISL {s.isl} / OSL {s.osl}    "
+        f"parallel: {_parallel(s)}    shape: ISL {s.isl} / OSL {s.osl}    "
         f"requests {s.requests} x repeats {s.repeats}, warmup {s.warmup}",
-        f"backends: {','.join(s.backends)} (baseline {s.baseline})    chunks: {','.join(map(str, s.chunks))}    "
-        f"concurrency: {','.join(map(str, s.concurrencies))}",
+        f"{_backends(s)}    chunks: {','.join(map(str, s.chunks)) or 'engine default'}    "
+        f"concurrency: {','.join(map(str, s.concurrencies)) or 'found by the search'}",
         f"SLO: {', '.join(map(str, s.slo)) or 'none'}    search: {s.search}",
         *_dimension_lines(s),
         *dry_run_lines(s),
@@ -66,6 +85,10 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         f"test matrix ({len(items)} tests):",
     ]
     lines += [f"  {item.nodeid}" for item in items]
+    na = config.stash.get(NOT_APPLICABLE_KEY, {})
+    if na:
+        lines.append(f"not applicable ({len(na)} tests, deselected and listed in outcomes.json and a release mark):")
+        lines += [f"  {nodeid}: {why}" for nodeid, why in na.items()]
     lines.append("")
     if s.target_url:
         lines.append(f"server: already running at {redact_url(s.target_url)} (--target-url): no launch commands")

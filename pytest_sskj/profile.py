@@ -43,6 +43,7 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "DEPLOYMENT_KEYS",
+    "MATRIX_KEYS",
     "MODEL_KEYS",
     "PLATFORM_KEYS",
     "PROFILE_KEYS",
@@ -52,6 +53,7 @@ __all__ = [
     "list_profiles",
     "load_profile",
     "profile_roots",
+    "settle_matrix",
 ]
 
 _ALIASES = {"model": "model_name", "backend": "backends", "chunk": "chunks", "concurrency": "concurrencies"}
@@ -315,3 +317,40 @@ def load_profile(path: Path) -> Profile:
         deployment=dep,
         description=str(raw.get("description", "")),
     )
+
+
+MATRIX_KEYS: tuple[str, ...] = ("backends", "chunks", "concurrencies")
+"""The engine's reference job (SGLang: the Kimi-K3 prefill A/B -- marlin,flashinfer_mxfp4, chunks 4K/8K/16K,
+C=8,16): settings whose engine defaults describe one job, not the engine."""
+
+
+def own_job(profile: Profile | None) -> bool:
+    """Whether ``profile`` describes its own job: it sets a matrix key, or declares layouts or a deployment."""
+    if profile is None:
+        return False
+    return bool(any(k in profile.values for k in MATRIX_KEYS) or profile.layouts or profile.deployment is not None)
+
+
+def settle_matrix(
+    values: dict[str, Any], sources: dict[str, str], engine_backends: Sequence[str], profile: Profile | None
+) -> None:
+    """Replace the engine's reference-job values of :data:`MATRIX_KEYS` where they do not belong.
+
+    They apply to a run without a profile (the users' short command) and to a profile that sets none of
+    them and declares no layouts or deployment.  A profile with its own job (a DSV4 layout matrix, a PD
+    deployment) and a ``--target-url`` run get neutral values instead: the engine's own backend (``auto``),
+    its own chunk size (no chunk flag), and no fixed concurrency when a concurrency search finds them (else
+    C=1).  A value the user gave (command line, env, ini, profile) is never touched.
+    """
+    if not (own_job(profile) or values.get("target_url")):
+        return
+    backend = "auto" if "auto" in engine_backends else engine_backends[0]
+    neutral: dict[str, Any] = {
+        "backends": (backend,),
+        "chunks": (),
+        "concurrencies": (1,) if values.get("search") in (None, "none") else (),
+    }
+    for key, value in neutral.items():
+        if sources.get(key) == "engine":
+            values[key] = value
+            sources[key] = "default"

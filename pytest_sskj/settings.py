@@ -334,11 +334,11 @@ def resolve_settings(
         values["stall_timeout_s"] = 600.0
     if values["port"] is None:
         values["port"] = 0
+    registry.dimensions(values, r.profile, r.sources, by_dest)  # before the launcher: groups bring their nodes
     if values["launcher"] is None:
         remote = [h for h in values["nodes"] if not _is_local_host(h)]
         values["launcher"] = "ssh" if remote else "local"
         r.sources["launcher"] = "derived"
-    registry.dimensions(values, r.profile, r.sources, by_dest)
     settings = Settings(sources=dict(r.sources), **values)
     registry.check_settings(settings, by_dest)
     return settings

@@ -42,6 +42,7 @@ __all__ = [
     "dimensions",
     "execution_order",
     "interleaves",
+    "not_applicable",
     "search_configs",
     "spec_for",
 ]
@@ -52,6 +53,11 @@ Shape = tuple[int, int]
 def _prefix(layout: str | None, shape: Shape | None) -> str:
     """``tp4dp2-isl1024-osl128-`` (only the dimensions the run has)."""
     return (f"{layout}-" if layout else "") + (f"{shape_id(shape)}-" if shape else "")
+
+
+def _chunk_id(chunk: int | None) -> str:
+    """``-chunk8192``; nothing for the engine's own chunk size (a deployment, or no ``--chunk``)."""
+    return "" if chunk is None else f"-chunk{chunk}"
 
 
 CHEAP_RESTART_ENGINES = frozenset(n for n, e in ENGINES.items() if e.restart_cost == "cheap")
@@ -93,7 +99,7 @@ class ConfigKey:
 
     @property
     def id(self) -> str:
-        return f"{_prefix(self.layout, self.shape)}{self.backend}-chunk{self.chunk}-c{self.concurrency}"
+        return f"{_prefix(self.layout, self.shape)}{self.backend}{_chunk_id(self.chunk)}-c{self.concurrency}"
 
     def point(self, repeat: int, repeats: int, kind: str = "serve") -> Point:
         """The point of this configuration at ``repeat`` (of ``repeats``)."""
@@ -118,7 +124,7 @@ class Point:
 
     @property
     def id(self) -> str:
-        base = f"{_prefix(self.layout, self.shape)}{self.backend}-chunk{self.chunk}-c{self.concurrency}"
+        base = f"{_prefix(self.layout, self.shape)}{self.backend}{_chunk_id(self.chunk)}-c{self.concurrency}"
         return f"{base}-search" if self.kind == "search" else f"{base}-r{self.repeat}"
 
     @property
@@ -145,7 +151,7 @@ class Comparison:
     @property
     def id(self) -> str:
         pre = _prefix(self.layout, self.shape)
-        return f"{pre}{self.candidate}-vs-{self.baseline}-chunk{self.chunk}-c{self.concurrency}"
+        return f"{pre}{self.candidate}-vs-{self.baseline}{_chunk_id(self.chunk)}-c{self.concurrency}"
 
     def baseline_config(self) -> ConfigKey:
         return ConfigKey(self.baseline, self.chunk, self.concurrency, self.layout, self.shape)
@@ -331,3 +337,100 @@ def search_configs(settings: Settings) -> list[tuple[str, int | None]]:
     if dimensions(settings) != [(None, None)]:
         return []
     return [(b, c) for c in _chunks(settings) for b in arms(settings.backends)]
+
+
+def _where(settings: Settings, dest: str) -> str:
+    src = settings.sources.get(dest, "default")
+    if src == "profile" and settings.profile is not None:
+        return f"profile {settings.profile.name}"
+    return {"cli": "command line", "env": "environment", "ini": "ini", "engine": "engine default"}.get(src, "default")
+
+
+def _fixed_deployment(settings: Settings) -> str:
+    topo = settings.deployment
+    assert topo is not None
+    per = ", ".join(f"{g.name} {g.backend or 'engine default'}" for g in topo.groups)
+    return f"one fixed {topo.kind} deployment (backends per group: {per})"
+
+
+def _curve_na(settings: Settings, value: object) -> str | None:
+    if settings.deployment is not None:
+        chunks = ", ".join(f"{g.name} {g.chunk}" for g in settings.deployment.groups if g.chunk)
+        per = chunks or "engine default"
+        return f"{_fixed_deployment(settings)}: the chunk is a per-group setting ({per}); no chunk curve"
+    if settings.target_url:
+        return f"--target-url {settings.target_url} is one running server with one chunk size: no chunk curve"
+    if not settings.chunks:
+        return "no chunk sizes given (the engine's own chunk size): no chunk curve; give several with --chunk 4K,8K,16K"
+    if len(settings.chunks) == 1:
+        return (
+            f"one chunk size ({settings.chunks[0]}): a representative single-chunk run, the chunk curve does not "
+            "apply (it needs several, e.g. --chunk 4K,8K,16K)"
+        )
+    return None
+
+
+def _search_na(settings: Settings, value: object) -> str | None:
+    if settings.search == "none":
+        concs = ",".join(map(str, settings.concurrencies)) or "none"
+        return (
+            f"no concurrency search (search = none, {_where(settings, 'search')}): fixed concurrencies {concs} only; "
+            "enable one with --sskj-search double|add16"
+        )
+    if value is None:
+        return "the concurrency search runs per layout x shape inside test_recommendation"
+    return None
+
+
+def _slo_na(settings: Settings, value: object) -> str | None:
+    if not settings.slo:
+        return (
+            f"no SLO gates (slo = none, {_where(settings, 'slo')}): the serving SLO does not apply to this job; "
+            "judge one with --sskj-slo 'p95_ttft_ms<3000,p95_tpot_ms<50'"
+        )
+    if value is None:
+        return "no fixed-concurrency points: the SLO is judged inside the concurrency search"
+    return None
+
+
+def _comparison_na(settings: Settings, value: object) -> str | None:
+    if value is not None:
+        return None
+    if settings.deployment is not None:
+        return f"{_fixed_deployment(settings)}: no backend A/B across one deployment"
+    return (
+        f"one backend ({','.join(settings.backends)}): no A/B to judge; give a baseline and a candidate, "
+        "e.g. --backend marlin,flashinfer_mxfp4"
+    )
+
+
+def _recommendation_na(settings: Settings, value: object) -> str | None:
+    if value is not None:
+        return None
+    what = _fixed_deployment(settings) if settings.deployment is not None else "one parallel setting"
+    return f"no layouts to compare ({what}): give them with --layout tp2dp4,tp4dp2,tp8dp1 or a profile's [[layouts]]"
+
+
+def _point_na(settings: Settings, value: object) -> str | None:
+    if value is None:
+        return "no fixed-concurrency points (no --concurrency): the concurrency search measures the points"
+    return None
+
+
+_NOT_APPLICABLE = {
+    "sskj_point": _point_na,
+    "sskj_slo_config": _slo_na,
+    "sskj_comparison": _comparison_na,
+    "sskj_curve": _curve_na,
+    "sskj_search_config": _search_na,
+    "sskj_recommendation": _recommendation_na,
+}
+
+
+def not_applicable(settings: Settings, param: str, value: object) -> str | None:
+    """Why the verdict test of ``param`` (at ``value``; ``None``: the run has none) does not apply to this
+    run's configuration, or ``None`` when it does.  Such tests are deselected and listed (``outcomes.json``,
+    the release mark), not skipped: ``slo = "none"``, ``search = "none"``, one chunk size (a representative
+    run), one backend, a fixed deployment, no layouts."""
+    why = _NOT_APPLICABLE.get(param)
+    return why(settings, value) if why is not None else None

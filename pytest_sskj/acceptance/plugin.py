@@ -537,21 +537,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     names = set(metafunc.fixturenames)
     if "sskj_point" in names:
-        points = matrix.execution_order(matrix.build_points(settings), interleave=matrix.interleaves(settings))
-        metafunc.parametrize("sskj_point", points, ids=[p.id for p in points])
+        points: Sequence[Point | None] = matrix.execution_order(
+            matrix.build_points(settings), interleave=matrix.interleaves(settings)
+        ) or [None]
+        metafunc.parametrize("sskj_point", points, ids=[p.id if p else "no-points" for p in points])
+    # an empty list is one ``None`` parameter, deselected as not applicable (see pytest_collection_modifyitems)
     for name in ("sskj_slo_config", "sskj_baseline_config"):
         if name in names:
-            cfgs = matrix.configs(settings)
-            metafunc.parametrize(name, cfgs, ids=[c.id for c in cfgs])
+            cfgs: Sequence[ConfigKey | None] = matrix.configs(settings) or [None]
+            metafunc.parametrize(name, cfgs, ids=[c.id if c else "no-points" for c in cfgs])
     if "sskj_comparison" in names:
         comps: Sequence[Comparison | None] = matrix.comparisons(settings) or [None]
         metafunc.parametrize("sskj_comparison", comps, ids=[c.id if c else "no-candidate" for c in comps])
     if "sskj_curve" in names:
-        curves = matrix.curves(settings)
-        metafunc.parametrize("sskj_curve", curves, ids=[c.id for c in curves])
+        curves: Sequence[CurveKey | None] = matrix.curves(settings) or [None]
+        metafunc.parametrize("sskj_curve", curves, ids=[c.id if c else "no-points" for c in curves])
     if "sskj_search_config" in names:
-        sc = matrix.search_configs(settings)
-        metafunc.parametrize("sskj_search_config", sc, ids=[f"{b}-chunk{c}" for b, c in sc])
+        sc: Sequence[tuple[str, int | None] | None] = matrix.search_configs(settings) or [None]
+        sc_ids = [f"{x[0]}{'' if x[1] is None else f'-chunk{x[1]}'}" if x else "none" for x in sc]
+        metafunc.parametrize("sskj_search_config", sc, ids=sc_ids)
 
 
 def _param_rank(item: pytest.Item) -> int:
@@ -575,10 +579,31 @@ def _budget_s(settings: Settings, item: pytest.Item) -> float:
     return settings.health_timeout_s * (1 if rank <= 0 else 2) + per_point * points
 
 
+def _deselect_not_applicable(config: pytest.Config, settings: Settings, items: list[pytest.Item]) -> None:
+    """Deselect the verdict tests that do not apply to this run (:func:`matrix.not_applicable`) and list them
+    with their reason (``NOT_APPLICABLE_KEY``: outcomes.json and the release mark), as the baseline gate is."""
+    from pytest_sskj.stash import NOT_APPLICABLE_KEY
+
+    gone: list[pytest.Item] = []
+    na = config.stash.setdefault(NOT_APPLICABLE_KEY, {})
+    for it in items:
+        params = getattr(getattr(it, "callspec", None), "params", {})
+        for name, value in params.items():
+            why = matrix.not_applicable(settings, name, value)
+            if why is not None:
+                na[it.nodeid] = why
+                gone.append(it)
+                break
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        items[:] = [it for it in items if it not in gone]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None:
         return
+    _deselect_not_applicable(config, settings, items)
     order = {id(it): i for i, it in enumerate(items)}
     items.sort(key=lambda it: (_param_rank(it), order[id(it)]))
     timeout_on = config.pluginmanager.hasplugin("timeout") and hasattr(signal, "SIGALRM")

@@ -1,6 +1,6 @@
 """The terminal summary of an acceptance run, in the users' table format.
 
-``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | vs baseline`` with medians over the passed
+``Chunk | C | Backend | Input TPS | TTFT P50/P95 | TPOT P50/P95 | E2E P95 | vs baseline`` with medians over the passed
 repeats (the numbers come from :func:`pytest_sskj.report.summary.summarize_points`, the same ones
 ``summary.md`` shows), followed by one line per verdict (comparisons, chunk curves, SLO gates,
 searches).  Pure text: the plugin writes the lines through the terminal reporter.
@@ -39,7 +39,7 @@ def table_lines(rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list
     if not body:
         return []
     widths = [max(len(HEADER[i]), *(len(b[i]) for b in body)) for i in range(len(HEADER))]
-    right = {1, 3, 4, 5}
+    right = {1, *range(3, len(HEADER) - 1)}  # C and the figures
 
     def fmt(cells: Sequence[str]) -> str:
         return " | ".join(

@@ -29,6 +29,12 @@ def launch_order(topo: Topology) -> list[Group]:
     return sorted(topo.groups, key=lambda g: rank[g.role])
 
 
+def _engine_backend(engine: str) -> str:
+    """A group without a backend runs the engine's own default (``auto``; the first one it knows otherwise)."""
+    known = get_engine(engine).backends
+    return "auto" if "auto" in known else known[0]
+
+
 def group_spec(settings: Settings, topo: Topology, group: Group) -> ServerSpec:
     """The server spec of ``group``: its nodes, sizes, backend and chunk, PD flags, the run's args and env."""
     s = settings
@@ -41,7 +47,7 @@ def group_spec(settings: Settings, topo: Topology, group: Group) -> ServerSpec:
     )
     return spec_from_settings(
         s,
-        backend=group.backend or s.baseline,
+        backend=group.backend or _engine_backend(s.engine),
         chunk=group.chunk,
         override=SpecOverride(
             nodes=group.nodes,

@@ -36,7 +36,7 @@ class RecommendKey:
 
     @property
     def id(self) -> str:
-        return f"{shape_id(self.shape)}-{self.backend}-chunk{self.chunk}"
+        return f"{shape_id(self.shape)}-{self.backend}" + ("" if self.chunk is None else f"-chunk{self.chunk}")
 
 
 def recommend_keys(settings: Settings) -> list[RecommendKey]:

@@ -28,7 +28,7 @@ Pure data, parsing and checks; the engine module turns a group into per-node com
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_sskj import parsing
@@ -41,6 +41,7 @@ __all__ = [
     "Group",
     "RouterSpec",
     "Topology",
+    "bind_run",
     "topology_from_table",
 ]
 
@@ -120,6 +121,12 @@ class Topology:
     page_size: int | None = None
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def arm(self) -> str:
+        """The one arm of a deployment run's matrix (``pd`` / ``groups``): the deployment is fixed, so its
+        points differ in shape and concurrency only, and no backend A/B runs across it."""
+        return self.kind
+
     def role(self, role: str) -> tuple[Group, ...]:
         return tuple(g for g in self.groups if g.role == role)
 
@@ -179,7 +186,7 @@ def _int(raw: Mapping[str, Any], key: str, where: str, default: int | None = 1) 
     return parsing.parse_size(str(v)) if isinstance(v, str) else parsing.parse_int(str(v))
 
 
-def _group(raw: Mapping[str, Any], where: str) -> Group:
+def _group(raw: Mapping[str, Any], where: str, template: str = "{}") -> Group:
     _refuse(raw, GROUP_KEYS, where)
     name = str(raw.get("name") or "").strip()
     if not name:
@@ -198,7 +205,7 @@ def _group(raw: Mapping[str, Any], where: str) -> Group:
     return Group(
         name=name,
         role=role,
-        nodes=parsing.expand_nodes(str(raw["nodes"])),
+        nodes=parsing.expand_nodes(str(raw["nodes"]), template=template),
         tp=_int(raw, "tp", where) or 1,
         dp=_int(raw, "dp", where) or 1,
         ep=_int(raw, "ep", where) or 1,
@@ -254,8 +261,11 @@ def _check(topo: Topology, where: str) -> None:
         raise ValueError(f'{where}: prefill/decode groups need kind = "pd"')
 
 
-def topology_from_table(raw: Mapping[str, Any], where: str = "profile") -> Topology:
-    """Parse and check a ``[deployment]`` table; raise :class:`ValueError` naming the key and the file."""
+def topology_from_table(raw: Mapping[str, Any], where: str = "profile", template: str = "{}") -> Topology:
+    """Parse and check a ``[deployment]`` table; raise :class:`ValueError` naming the key and the file.
+
+    ``template`` is the run's ``--sskj-node-template``: bare node numbers of a group become host names
+    exactly as ``--nodes`` does it."""
     where = f"{where} [deployment]"
     _refuse(raw, TOPOLOGY_KEYS, where)
     kind = str(raw.get("kind", "groups"))
@@ -264,7 +274,7 @@ def topology_from_table(raw: Mapping[str, Any], where: str = "profile") -> Topol
     groups_raw = raw.get("groups", [])
     if not isinstance(groups_raw, list) or not groups_raw or not all(isinstance(g, dict) for g in groups_raw):
         raise ValueError(f"{where}: needs [[deployment.groups]] tables (name, role, nodes, sizes)")
-    groups = tuple(_group(g, f"{where} group {i + 1}") for i, g in enumerate(groups_raw))
+    groups = tuple(_group(g, f"{where} group {i + 1}", template) for i, g in enumerate(groups_raw))
     transfer = raw.get("transfer_backend")
     if transfer is not None and str(transfer) not in ("mooncake", "nixl"):
         raise ValueError(f"{where}: transfer_backend {transfer!r} is not mooncake or nixl")
@@ -278,4 +288,74 @@ def topology_from_table(raw: Mapping[str, Any], where: str = "profile") -> Topol
         page_size=_int(raw, "page_size", where, None),
     )
     _check(topo, where)
+    return topo
+
+
+def _rebase_nodes(topo: Topology, nodes: Sequence[str], nodes_from: str) -> Topology:
+    """The groups over ``nodes`` (the run's ``--nodes``), split by each group's node count in declared order."""
+    need = [len(g.nodes) for g in topo.groups]
+    if len(nodes) != sum(need):
+        split = ", ".join(f"{g.name} {len(g.nodes)}" for g in topo.groups)
+        raise ValueError(
+            f"{nodes_from} gives {len(nodes)} node(s) ({','.join(nodes)}); the deployment's groups take "
+            f"{sum(need)} in their declared order ({split})"
+            f"\n  accepted: exactly {sum(need)} nodes, rank 0 of each group first; they are split by the group sizes"
+            f"\n  Hint: e.g. --nodes {_example(sum(need))}, or change the groups' nodes in a copy of the profile"
+        )
+    out, at = [], 0
+    for g, n in zip(topo.groups, need, strict=True):
+        out.append(replace(g, nodes=tuple(nodes[at : at + n])))
+        at += n
+    return replace(topo, groups=tuple(out))
+
+
+def _example(n: int) -> str:
+    return f"701-{700 + n}"
+
+
+def _fill(topo: Topology, key: str, values: Sequence[Any], given_by: str) -> Topology:
+    """A single run-wide ``backend`` / ``chunk`` becomes the setting of every group without its own."""
+    per_group = "backend" if key == "backend" else "chunk"
+    own = ", ".join(f"{g.name} {getattr(g, per_group)}" for g in topo.groups if getattr(g, per_group) is not None)
+    hint = (
+        f"\n  accepted: per-group settings: {per_group} = ... in each [[deployment.groups]] table ({own or 'none set'})"
+        f"\n  Hint: drop {given_by}; to compare {per_group}s, run the deployment once per group setting "
+        f"(a copy of the profile each) and compare the runs (python -m pytest_sskj compare RUN_A RUN_B)"
+    )
+    if len(values) > 1:
+        raise ValueError(
+            f"{given_by} names {len(values)} values ({','.join(map(str, values))}) for a {topo.kind} deployment: its "
+            f"{per_group} is a per-group setting and one deployment is fixed, so there is no A/B across it{hint}"
+        )
+    if not values:
+        return topo
+    takes = [g for g in topo.groups if getattr(g, per_group) is None and (key == "backend" or g.role != "decode")]
+    if not takes:
+        raise ValueError(f"{given_by} sets {values[0]} for a {topo.kind} deployment whose groups set their own{hint}")
+    return replace(topo, groups=tuple(replace(g, **{per_group: values[0]}) if g in takes else g for g in topo.groups))
+
+
+def bind_run(
+    topo: Topology,
+    *,
+    nodes: Sequence[str] = (),
+    nodes_from: str = "--nodes",
+    backends: Sequence[str] = (),
+    backends_from: str = "--backend",
+    chunks: Sequence[int] = (),
+    chunks_from: str = "--chunk",
+) -> Topology:
+    """The deployment with the run's own values bound into its groups; :class:`ValueError` says what is wrong.
+
+    ``nodes`` (``--nodes`` or the profile's ``nodes``, node template applied): split among the groups by
+    their node counts, in declared order (``--nodes 701-708``: prefill 701-704, decode 705-708).  A single
+    ``backends`` / ``chunks`` value (given by the user, not an engine default) becomes the setting of each
+    group without its own (chunks: not decode groups); several values, or one for groups that all set
+    their own, are refused: a deployment is fixed, its backends and chunks are per-group settings.
+    """
+    if nodes:
+        topo = _rebase_nodes(topo, nodes, nodes_from)
+    topo = _fill(topo, "backend", backends, backends_from)
+    topo = _fill(topo, "chunk", chunks, chunks_from)
+    _check(topo, "the deployment")
     return topo

@@ -51,9 +51,14 @@ def run_record(manifest: Mapping[str, Any], run_dir: Path | None = None) -> dict
     }
 
 
-def _point_values(run_id: str, row: Mapping[str, Any], samples: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+def _point_values(
+    run_id: str, row: Mapping[str, Any], samples: Mapping[str, Sequence[float]], settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    from pytest_sskj.history.layout import point_layout
+
     clean = jsonable(row)
     return {
+        **point_layout(clean, settings),  # the point's own layout (history/layout.py), not the run's
         "run_id": run_id,
         "point_id": str(row.get("point_id") or "/".join(str(row.get(k)) for k in ("backend", "chunk", "concurrency"))),
         **{k: clean.get(k) for k in ("test_id", "engine", "backend", "kind", "spec_key", "status", "category")},
@@ -151,8 +156,12 @@ class ResultsDB:
             conn.execute(t.runs.insert().values(**record))
 
     def put_point(self, run_id: str, row: Mapping[str, Any], samples: Mapping[str, Sequence[float]]) -> None:
-        values = _point_values(run_id, row, samples)
+        from sqlalchemy import select
+
         with self.engine.begin() as conn:
+            manifest = conn.execute(select(t.runs.c.manifest).where(t.runs.c.run_id == run_id)).scalar()
+            settings = manifest.get("settings") if isinstance(manifest, dict) else None
+            values = _point_values(run_id, row, samples, settings if isinstance(settings, dict) else {})
             c = t.points.c
             conn.execute(t.points.delete().where(c.run_id == run_id, c.point_id == values["point_id"]))
             conn.execute(t.points.insert().values(**values))

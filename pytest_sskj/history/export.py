@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sskj.history.importer import read_manifest
+from pytest_sskj.history.layout import config_text, deployment_config, point_layout
 from pytest_sskj.records import METRIC_FIELDS
 from pytest_sskj.report.results import read_results
 from pytest_sskj.rundir import RunLayout, atomic_write_json, atomic_write_text, jsonable
@@ -28,6 +29,7 @@ _EXPORTED = (
     "total_throughput",
     "median_ttft_ms",
     "p95_ttft_ms",
+    "median_tpot_ms",
     "p95_tpot_ms",
     "p95_itl_ms",
     "p95_e2e_latency_ms",
@@ -40,7 +42,9 @@ POINT_FIELDS = (
     "platform",
     "model",
     "engine",
+    "layout",
     "config",
+    "deployment",
     "backend",
     "chunk",
     "isl",
@@ -60,14 +64,26 @@ POINT_FIELDS = (
 )
 
 
+def _settings(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    s = manifest.get("settings")
+    return s if isinstance(s, Mapping) else {}
+
+
 def _run_facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    s = manifest.get("settings") if isinstance(manifest.get("settings"), Mapping) else {}
-    assert isinstance(s, Mapping)
+    """The run's own facts; ``config`` is the run's parallel setting (its layouts, or its deployment)."""
+    s = _settings(manifest)
+    layouts = [x for x in s.get("layouts") or [] if isinstance(x, Mapping)]
+    if isinstance(s.get("deployment"), Mapping) and s["deployment"].get("groups"):
+        config: str | None = deployment_config(s["deployment"])
+    elif layouts:
+        config = ", ".join(f"{x.get('name')} {config_text(x)}" for x in layouts)
+    else:
+        config = config_text(s)
     return {
         "platform": s.get("platform"),
         "model": s.get("model_name") or s.get("model_path"),
         "engine": s.get("engine"),
-        "config": "/".join(f"{k.upper()}{s.get(k)}" for k in ("tp", "ep", "dp", "pp")),
+        "config": config,
     }
 
 
@@ -79,13 +95,16 @@ def _slo_met(gates: Mapping[str, Any]) -> bool | None:
 
 
 def point_lines(rows: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One ``adaptive_points.jsonl`` object per probed point and repeat."""
+    """One ``adaptive_points.jsonl`` object per probed point and repeat; ``layout`` / ``config`` /
+    ``deployment`` are the point's own (:func:`pytest_sskj.history.layout.point_layout`)."""
     facts = _run_facts(manifest)
+    settings = _settings(manifest)
     out = []
     for r in rows:
         gates = r.get("slo_met") if isinstance(r.get("slo_met"), Mapping) else {}
         assert isinstance(gates, Mapping)
-        line = {"run_id": r.get("run_id"), **facts}
+        own = point_layout(r, settings)
+        line = {"run_id": r.get("run_id"), **facts, **{k: own[k] for k in ("layout", "config", "deployment")}}
         line.update({k: r.get(k) for k in ("backend", "chunk", "isl", "osl", "concurrency", "repeat")})
         line.update(kind=r.get("kind", "serve"), status=r.get("status"), completed=r.get("completed"))
         line["failed"] = r.get("failed")
@@ -103,10 +122,11 @@ def _median(vals: Sequence[Any]) -> float | None:
 
 
 def shape_lines(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One ``adaptive_shapes.jsonl`` object per shape (config, backend, chunk, ISL, OSL): the concurrencies
-    probed and the best one, the highest concurrency whose every passed repeat met every judged SLO gate."""
+    """One ``adaptive_shapes.jsonl`` object per layout x shape (layout, config, backend, chunk, ISL, OSL): the
+    concurrencies probed and the best one, the highest concurrency whose every passed repeat met every judged
+    SLO gate."""
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
-    keys = ("config", "backend", "chunk", "isl", "osl")
+    keys = ("layout", "config", "deployment", "backend", "chunk", "isl", "osl")
     for p in points:
         groups.setdefault(tuple(str(p.get(k)) for k in keys), []).append(p)
     out = []
@@ -130,11 +150,13 @@ def shape_lines(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "slo_missed_at": missed,
                 "repeats_at_best": len(at),
                 **{f"{m}_at_best": _median([q.get(m) for q in at]) for m in ("input_throughput", "output_throughput")},
-                "ttft_p95_ms_at_best": _median([q.get("ttft_p95_ms") for q in at]),
-                "tpot_p95_ms_at_best": _median([q.get("tpot_p95_ms") for q in at]),
+                **{f"{m}_at_best": _median([q.get(m) for q in at]) for m in _AT_BEST},
             }
         )
     return out
+
+
+_AT_BEST = ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "tpot_p95_ms", "e2e_p95_ms")
 
 
 def _manifest_doc(manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ HISTORY_COLUMNS = (
     "model",
     "engine",
     "layout",
+    "config",
     "shape",
     "backend",
     "chunk",
@@ -46,6 +47,7 @@ HISTORY_COLUMNS = (
     "input_throughput",
     "median_ttft_ms",
     "p95_ttft_ms",
+    "median_tpot_ms",
     "p95_tpot_ms",
     "slo_met",
 )
@@ -54,7 +56,8 @@ HISTORY_COLUMNS = (
 @dataclass(frozen=True)
 class Filters:
     """``history`` filters; ``None`` matches everything.  ``shape`` is ``ISL512/OSL16`` or ``512/16``;
-    ``since`` / ``until`` are ISO dates compared with the run's start."""
+    ``since`` / ``until`` are ISO dates compared with the run's start; ``layout`` matches a point's own layout
+    (its name, ``tp4dp2``; the deployment kind, ``pd``; or its config, ``TP4/EP1/DP2/PP1``)."""
 
     platform: str | None = None
     model: str | None = None
@@ -77,12 +80,10 @@ class Filters:
         return s
 
     def run_ok(self, run: Mapping[str, Any]) -> bool:
-        for key in ("platform", "model", "engine", "layout"):
+        for key in ("platform", "model", "engine"):
             want = getattr(self, key)
             if want is not None and str(run.get(key)) != want:
                 return False
-        if self.shape_key() is not None and str(run.get("shape")).upper() != self.shape_key():
-            return False
         started = str(run.get("started_at") or "")
         if self.since and started[:10] < self.since:
             return False
@@ -91,6 +92,9 @@ class Filters:
         if self.tag is not None and self.tag not in run.get("tags", []):
             return False
         return self.run is None or run.get("run_id") == self.run
+
+
+_METRICS = ("input_throughput", "median_ttft_ms", "p95_ttft_ms", "median_tpot_ms", "p95_tpot_ms")
 
 
 def history_rows(db: Any, filters: Filters) -> list[dict[str, Any]]:
@@ -102,13 +106,21 @@ def history_rows(db: Any, filters: Filters) -> list[dict[str, Any]]:
         if filters.backend is not None and p.get("backend") != filters.backend:
             continue
         run = by_id[p["run_id"]]
+        layout, config = p.get("layout"), p.get("config") or run.get("layout")  # rows before schema 0002: the run's
+        if filters.layout is not None and filters.layout not in (layout, config):
+            continue
+        shape = f"ISL{p['isl']}/OSL{p['osl']}" if p.get("isl") is not None else run.get("shape")
+        if filters.shape_key() is not None and str(shape).upper() != filters.shape_key():
+            continue
         metrics = p.get("metrics") or {}
         out.append(
             {
-                **{k: run.get(k) for k in ("run_id", "started_at", "tags", "platform", "model", "engine", "layout")},
-                "shape": run.get("shape"),
+                **{k: run.get(k) for k in ("run_id", "started_at", "tags", "platform", "model", "engine")},
+                "layout": layout,
+                "config": config,
+                "shape": shape,
                 **{k: p.get(k) for k in ("backend", "chunk", "concurrency", "repeat", "status")},
-                **{k: metrics.get(k) for k in ("input_throughput", "median_ttft_ms", "p95_ttft_ms", "p95_tpot_ms")},
+                **{k: metrics.get(k) for k in _METRICS},
                 "slo_met": p.get("slo_met") or {},
             }
         )

@@ -10,22 +10,56 @@ Schema v1 (Alembic revision ``0001``):
 - ``verdicts``: one row per (run, kind, id);
 - ``tags``: release tags -> run ids (``release mark`` files imported with their run).
 
+Schema v2 (revision ``0002``) adds the layout of every point to ``points`` (:mod:`pytest_sskj.history.layout`):
+``layout`` (the layout's name, the deployment kind, or null for a run's one setting), ``config``
+(``TP4/EP1/DP2/PP1``, or every group of a deployment), ``tp``/``ep``/``dp``/``pp`` and ``deployment``.
+
 Values that vary with the metric vocabulary live in JSON columns, so a new metric needs no migration.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import JSON, Boolean, Column, Float, Integer, MetaData, String, Table, Text
 
-__all__ = ["SCHEMA_REVISION", "define_v1", "metadata", "points", "runs", "tags", "verdicts"]
+__all__ = [
+    "SCHEMA_REVISION",
+    "define_v1",
+    "define_v2",
+    "layout_columns",
+    "metadata",
+    "points",
+    "runs",
+    "tags",
+    "verdicts",
+]
 
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 """The Alembic head revision the code reads and writes."""
 
 
 def define_v1(md: MetaData) -> tuple[Table, Table, Table, Table]:
     """The v1 tables on ``md`` (migration ``0001`` creates exactly these)."""
     return _runs_v1(md), _points_v1(md), _verdicts_v1(md), _tags_v1(md)
+
+
+def layout_columns() -> list[Column[Any]]:
+    """The ``points`` columns revision ``0002`` adds (new objects on every call: a Column has one table)."""
+    return [
+        Column("layout", String(128), index=True),
+        Column("config", String(512)),
+        Column("tp", Integer),
+        Column("ep", Integer),
+        Column("dp", Integer),
+        Column("pp", Integer),
+        Column("deployment", Text),
+    ]
+
+
+def define_v2(md: MetaData) -> tuple[Table, Table, Table, Table]:
+    """The v2 tables on ``md``: v1 with the layout columns on ``points``."""
+    return _runs_v1(md), _points_v1(md, layout_columns()), _verdicts_v1(md), _tags_v1(md)
 
 
 def _runs_v1(md: MetaData) -> Table:
@@ -51,7 +85,7 @@ def _runs_v1(md: MetaData) -> Table:
     )
 
 
-def _points_v1(md: MetaData) -> Table:
+def _points_v1(md: MetaData, extra: list[Column[Any]] | None = None) -> Table:
     return Table(
         "points",
         md,
@@ -78,6 +112,7 @@ def _points_v1(md: MetaData) -> Table:
         Column("samples", JSON),
         Column("row", JSON),
         Column("schema_version", String(40)),
+        *(extra or []),
     )
 
 
@@ -106,4 +141,4 @@ def _tags_v1(md: MetaData) -> Table:
 
 
 metadata = MetaData()
-runs, points, verdicts, tags = define_v1(metadata)
+runs, points, verdicts, tags = define_v2(metadata)

@@ -169,10 +169,37 @@ def _saturation(med: Mapping[tuple[str, int, int], Any], backends: Sequence[str]
     return [f"{head}: throughput still changes with C, C={lo} does not saturate"]
 
 
+def _shape(r: Mapping[str, Any]) -> tuple[Any, Any]:
+    return r.get("isl"), r.get("osl")
+
+
 def conclusions(
     rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]
 ) -> Conclusions:
-    """The conclusions of a run (see the module docstring); empty when it has no serving points."""
+    """The conclusions of a run (see the module docstring), per shape (ISL -> OSL) when it has several; empty
+    when it has no serving points."""
+    shapes = sorted({_shape(r) for r in rows}, key=lambda t: (int(t[0] or 0), int(t[1] or 0)))
+    if len(shapes) <= 1:
+        return _one_shape(rows, verdicts, settings)
+    parts = []
+    for shp in shapes:
+        sub = _one_shape(
+            [r for r in rows if _shape(r) == shp], [v for v in verdicts if _shape(v) in (shp, (None, None))], settings
+        )
+        parts.append((f"[{shp[0]}->{shp[1]}] ", sub))
+    first = parts[0][1]
+    return Conclusions(
+        tuple(tag + s for tag, c in parts for s in c.statements),
+        first.recommendation,
+        first.ab_all_better,
+        {k: v for _, c in parts for k, v in c.outcomes.items()},
+        first.best_chunks,
+    )
+
+
+def _one_shape(
+    rows: Sequence[Mapping[str, Any]], verdicts: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]
+) -> Conclusions:
     med = _medians(rows)
     if not med:
         return Conclusions()
@@ -194,7 +221,7 @@ def conclusions(
         base, cand = str(comps[0].get("baseline")), str(comps[0].get("candidate"))
         worse_all = all(v.get("outcome") == "worse" for v in comps)
         pick = cand if all_better else base
-        chunks = sorted(set(best.get(pick, {}).values()))
+        chunks = sorted(set(best.get(pick, {}).values())) or sorted({k[1] for k in med if k[0] == pick})
         chunk_txt = f" + chunk {chunks[0]}" if len(chunks) == 1 else ""
         ep = settings.get("ep")
         rec = f"{'EP' + str(ep) + ' + ' if ep else ''}{pick}{chunk_txt}"

@@ -1,7 +1,8 @@
 """``summary.md``: the users' result tables, the A/B verdicts, SLO gates and concurrency searches.
 
 The serving table is the one the users paste into their reports — ``Chunk | C | Backend | Input TPS |
-TTFT P50 | TTFT P95 | vs baseline`` — with the median over the passed repeats of each point, and a
+TTFT P50 | TTFT P95 | TPOT P50 | TPOT P95 | E2E P95 | vs baseline`` (seed 004's PD decode figures are TPOT
+P50/P95; TPOT is ``n/a`` at OSL 1, where it is undefined) — with the median over the passed repeats of each point, and a
 "vs baseline" cell such as ``+9.75% TPS / −8.96% TTFT`` (candidate median over baseline median; TTFT is
 P50).  Verdicts arrive as dicts through ``pytest_sskj_verdict``; every verdict has ``kind``,
 ``passed`` and ``message``; these keys are used when present:
@@ -56,6 +57,8 @@ class PointSummary:
     ttft_p50_ms: float | None
     ttft_p95_ms: float | None
     tpot_p95_ms: float | None
+    tpot_p50_ms: float | None = None
+    e2e_p95_ms: float | None = None
     tps_vs_baseline_pct: float | None = None
     ttft_vs_baseline_pct: float | None = None
     is_baseline: bool = False
@@ -86,6 +89,11 @@ def format_ms(ms: float | None) -> str:
     if ms is None:
         return "n/a"
     return f"{ms / 1000.0:.2f} s" if ms >= 1000.0 else f"{ms:.1f} ms"
+
+
+def _format_tpot(ms: float | None) -> str:
+    """TPOT as the users write it: ``63.20 ms`` (two decimals), ``n/a`` when undefined (OSL 1)."""
+    return "n/a" if ms is None else f"{ms:.2f} ms"
 
 
 def format_chunk(chunk: Any) -> str:
@@ -166,6 +174,8 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             ttft_p50_ms=_median(r.get("median_ttft_ms") for r in ok),
             ttft_p95_ms=_median(r.get("p95_ttft_ms") for r in ok),
             tpot_p95_ms=_median(r.get("p95_tpot_ms") for r in ok),
+            tpot_p50_ms=_median(r.get("median_tpot_ms") for r in ok),
+            e2e_p95_ms=_median(r.get("p95_e2e_latency_ms") for r in ok),
             slo_met=_all_met(ok),
             medians={m: _median(r.get(m) for r in ok) for m in MEDIAN_METRICS},
         )
@@ -192,8 +202,20 @@ def _all_met(rows: Sequence[Mapping[str, Any]]) -> bool | None:
     return all(judged) if judged else None
 
 
-MEDIANS_HEADER = ("Chunk", "C", "Backend", "Input TPS", "TTFT P50", "TTFT P95", "vs baseline")
-"""The users' table: ``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | vs baseline``."""
+MEDIANS_HEADER = (
+    "Chunk",
+    "C",
+    "Backend",
+    "Input TPS",
+    "TTFT P50",
+    "TTFT P95",
+    "TPOT P50",
+    "TPOT P95",
+    "E2E P95",
+    "vs baseline",
+)
+"""The users' table: ``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | TPOT P50 | TPOT P95 | E2E P95 |
+vs baseline``."""
 MEDIAN_METRICS = tuple(n for n in METRIC_FIELDS if n in COMPUTED)
 """The metrics ``medians.csv`` carries: every metric the bench computes (:mod:`pytest_sskj.vocabulary`)."""
 MEDIANS_FIELDS = (
@@ -222,6 +244,9 @@ def medians_cells(p: PointSummary) -> tuple[str, ...]:
         tps,
         format_ms(p.ttft_p50_ms),
         format_ms(p.ttft_p95_ms),
+        _format_tpot(p.tpot_p50_ms),
+        _format_tpot(p.tpot_p95_ms),
+        format_ms(p.e2e_p95_ms),
         p.vs_baseline,
     )
 
@@ -364,6 +389,20 @@ def _section_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _deployment_fact(dep: Mapping[str, Any]) -> str:
+    """``pd: prefill 601..604 PP8xTP4xEP4 flashinfer_mxfp4 chunk 8192 | decode 605..608 PP1xTP32xEP32 marlin``."""
+    parts = []
+    for g in dep.get("groups") or []:
+        if not isinstance(g, Mapping):
+            continue
+        nodes = list(g.get("nodes") or [])
+        where = f"{nodes[0]}..{nodes[-1]} " if nodes else ""
+        sizes = f"PP{g.get('pp')}xTP{g.get('tp')}xEP{g.get('ep')}" + (f"xDP{g['dp']}" if (g.get("dp") or 1) > 1 else "")
+        chunk = f" chunk {g['chunk']}" if g.get("chunk") else ""
+        parts.append(f"{g.get('name')} {where}{sizes} {g.get('backend') or 'engine default'}{chunk}")
+    return f"{dep.get('kind')}: " + " | ".join(parts)
+
+
 def _facts(m: Mapping[str, Any], settings: Mapping[str, Any]) -> list[tuple[str, Any]]:
     facts = [
         ("status", m.get("status")),
@@ -373,7 +412,10 @@ def _facts(m: Mapping[str, Any], settings: Mapping[str, Any]) -> list[tuple[str,
         ("started", m.get("start_iso")),
         ("ended", m.get("end_iso")),
     ]
-    if settings.get("tp"):
+    dep = settings.get("deployment")
+    if isinstance(dep, Mapping) and dep.get("groups"):
+        facts.append(("deployment", _deployment_fact(dep)))
+    elif settings.get("tp"):
         facts.append(
             ("parallel", f"TP{settings.get('tp')}/EP{settings.get('ep')}/DP{settings.get('dp')}/PP{settings.get('pp')}")
         )

@@ -21,7 +21,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlparse
 
 from pytest_sskj.twin.engine import Request, ServingEngine, token_ids
@@ -35,7 +35,7 @@ def _text(ids: list[int]) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    info: dict[str, Any] = {}
+    info: ClassVar[dict[str, Any]] = {}
     engine: ServingEngine | None = None
     rank: int = 0
     kv_wait_s: float = 600.0
@@ -85,7 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     # -- GET -----------------------------------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         path = urlparse(self.path).path
         eng = self.engine
         if path in ("/health", "/health_generate", "/ping"):
@@ -121,7 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._plain("Cache flushed.\nPlease check backend logs for more details. ")
 
     # -- POST ----------------------------------------------------------------------------------------------
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = urlparse(self.path).path
         if self.rank != 0 or self.engine is None:
             self.send_error(404)
@@ -157,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
             host, port = body.get("bootstrap_host"), body.get("bootstrap_port") or 8998
             url = f"http://{host}:{port}/twin/kv?room={room}"
             try:
-                with urllib.request.urlopen(url, timeout=self.kv_wait_s + 5) as r:  # noqa: S310 - the P group
+                with urllib.request.urlopen(url, timeout=self.kv_wait_s + 5) as r:
                     if r.status != 200:
                         return None
             except OSError:

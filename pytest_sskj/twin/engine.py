@@ -20,6 +20,7 @@ Stdlib only (runs on the nodes).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import queue
 import random
@@ -81,7 +82,7 @@ class _Curve:
             return pts[0][2].prefill_tps, nearest[1], nearest[2]
         if n >= pts[-1][0]:
             return pts[-1][2].prefill_tps, nearest[1], nearest[2]
-        for (c0, _, p0), (c1, _, p1) in zip(pts, pts[1:]):
+        for (c0, _, p0), (c1, _, p1) in itertools.pairwise(pts):
             if c0 <= n <= c1:
                 f = (n - c0) / (c1 - c0)
                 return p0.prefill_tps + f * (p1.prefill_tps - p0.prefill_tps), nearest[1], nearest[2]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,10 +220,10 @@ def _read(path: Path) -> dict[str, Any]:
     if path.suffix == ".json":
         data = json.loads(text)
     else:
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # pragma: no cover - Python 3.10 on a node
-            import tomli as tomllib  # type: ignore[no-redef]
+        else:  # pragma: no cover - Python 3.10 on a node
+            import tomli as tomllib
         data = tomllib.loads(text)
     if not isinstance(data, dict):
         raise ModelError(f"twin model {path}: expected a table at the top level")

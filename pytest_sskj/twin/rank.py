@@ -34,7 +34,7 @@ DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "kimi3-pro6000.toml"
 
 
 def log(msg: str) -> None:
-    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}", flush=True)
+    pass
 
 
 def server_facts(a: Any) -> dict[str, Any]:

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (run by the real sglang interpreter, whose torch/torchvision/sglang are not typed here)
 """Run by the real sglang interpreter (``SSKJ_TWIN_SGLANG_PYTHON``) for a stand-in rank: parse and resolve one argv.
 
 Reads ``{"argv": [...]}`` on stdin, writes ``{"version", "resolved", "error"}``: sglang's own
@@ -30,7 +32,7 @@ PLATFORM = {
 
 def _torchvision_repair() -> None:
     try:
-        import torchvision.transforms  # noqa: F401
+        import torchvision.transforms
     except ModuleNotFoundError:
         return
     except RuntimeError as exc:

@@ -114,6 +114,9 @@ def test_table_in_the_users_format() -> None:
         "2930.03",
         "43.59 s",
         "46.29 s",
+        "n/a",  # TPOT P50/P95: undefined at OSL 1
+        "n/a",
+        "n/a",  # E2E P95: not in these rows
         "baseline",
     ]
     assert [c.strip() for c in lines[3].split("|")][-1] == "+10.96% TPS / −9.91% TTFT"
@@ -175,9 +178,15 @@ def test_collection_orders_points_first_and_bounds_each_test_with_a_signal_timeo
 
 
 def test_single_backend_comparison_is_one_explained_parameter(pytester: pytest.Pytester) -> None:
+    """One backend: the comparison does not apply -- deselected and listed with the reason, not skipped."""
+    from pytest_sskj.stash import NOT_APPLICABLE_KEY
+
     pytester.makepyfile(test_b="def test_compare(sskj_comparison): assert sskj_comparison is None")
-    items = _collected(pytester, "--backend", "parallel")
-    assert [i.name for i in items] == ["test_compare[no-candidate]"]
+    rec = pytester.inline_run("--collect-only", "--backend", "parallel")
+    assert [i.name for i in rec.getcalls("pytest_collection_finish")[0].session.items] == []
+    na = rec.getcalls("pytest_collection_finish")[0].session.config.stash[NOT_APPLICABLE_KEY]
+    assert list(na.values()) == ["one backend (parallel): no A/B to judge; give a baseline and a candidate, "
+                                 "e.g. --backend marlin,flashinfer_mxfp4"], na  # fmt: skip
 
 
 def test_resume_of_an_unknown_run_is_a_usage_error_naming_known_runs(pytester: pytest.Pytester) -> None:

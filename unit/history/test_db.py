@@ -23,7 +23,7 @@ def _sqlite(tmp_path: Path) -> str:
 
 def test_opening_a_new_database_migrates_it_to_the_head_revision(tmp_path: Path) -> None:
     db = ResultsDB(_sqlite(tmp_path))
-    assert db.revision() == "0001", f"expected schema revision 0001 after opening, saw {db.revision()}"
+    assert db.revision() == "0002", f"expected schema revision 0002 after opening, saw {db.revision()}"
     with sqlite3.connect(tmp_path / "reports" / "results.sqlite") as conn:
         names = {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
     assert {"runs", "points", "verdicts", "tags", "alembic_version"} <= names, f"tables seen: {sorted(names)}"

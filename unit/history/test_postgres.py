@@ -21,7 +21,7 @@ def test_postgres_schema_import_history_and_compare(
     make_run(reports, "pgA", [100.0, 104.0, 98.0])
     make_run(reports, "pgB", [100.0, 101.0, 99.0])
     db = ResultsDB(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
-    assert db.revision() == "0001"
+    assert db.revision() == "0002"
     assert db.engine.dialect.name == "postgresql"
     for r in ("pgA", "pgB", "pgA"):  # importing a run again is idempotent
         import_run(db, reports / r)

@@ -5,25 +5,49 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_sskj.report.conclusions import conclusion_lines, conclusions
-
 from twin_seeds import SEED000
 
-SETTINGS = {"backends": ["marlin", "flashinfer_mxfp4"], "chunks": [4096, 8192, 16384], "concurrencies": [8, 16],
-            "ep": 4}
+from pytest_sskj.report.conclusions import conclusion_lines, conclusions
+
+SETTINGS = {
+    "backends": ["marlin", "flashinfer_mxfp4"],
+    "chunks": [4096, 8192, 16384],
+    "concurrencies": [8, 16],
+    "ep": 4,
+}
 
 
 def _rows(table: dict[tuple[int, int, str], tuple[float, float, float]]) -> list[dict[str, Any]]:
     return [
-        {"kind": "serve", "status": "passed", "backend": b, "chunk": ch, "concurrency": c, "repeat": r,
-         "input_throughput": tps * (1 + 0.001 * (r - 2)), "median_ttft_ms": p50 * 1000}
-        for (ch, c, b), (tps, p50, _) in table.items() for r in (1, 2, 3)
+        {
+            "kind": "serve",
+            "status": "passed",
+            "backend": b,
+            "chunk": ch,
+            "concurrency": c,
+            "repeat": r,
+            "input_throughput": tps * (1 + 0.001 * (r - 2)),
+            "median_ttft_ms": p50 * 1000,
+        }
+        for (ch, c, b), (tps, p50, _) in table.items()
+        for r in (1, 2, 3)
     ]
 
 
 def _verdicts(outcome: str) -> list[dict[str, Any]]:
-    return [{"kind": "comparison", "baseline": "marlin", "candidate": "flashinfer_mxfp4", "chunk": ch,
-             "concurrency": c, "outcome": outcome, "id": f"{ch}-{c}"} for ch in (4096, 8192, 16384) for c in (8, 16)]
+    return [
+        {
+            "kind": "comparison",
+            "baseline": "marlin",
+            "candidate": "flashinfer_mxfp4",
+            "chunk": ch,
+            "concurrency": c,
+            "outcome": outcome,
+            "id": f"{ch}-{c}",
+        }
+        for ch in (4096, 8192, 16384)
+        for c in (8, 16)
+    ]
 
 
 def test_seed_000s_table_gives_seed_000s_conclusions() -> None:
@@ -35,12 +59,16 @@ def test_seed_000s_table_gives_seed_000s_conclusions() -> None:
     assert "chunk 4K: flashinfer_mxfp4 vs marlin C=8: +9.75 % Input TPS / −8.96 % TTFT P50" in text, text
     assert "chunk 16K: flashinfer_mxfp4 vs marlin C=8: +7.63 % Input TPS / −7.04 % TTFT P50" in text, text
     for b in ("marlin", "flashinfer_mxfp4"):
-        assert f"{b}: chunk 8K is best at every concurrency (C=8: 8K, C=16: 8K), inside the grid (4K < 8K < 16K)" in text
+        assert (
+            f"{b}: chunk 8K is best at every concurrency (C=8: 8K, C=16: 8K), inside the grid (4K < 8K < 16K)" in text
+        )
     assert "C 8 -> 16 at fixed backend and chunk: input TPS −0.07 % … +0.11 %, TTFT P50 x1.97 … x2.00" in text, text
     assert "so C=8 is already near prefill-throughput saturation" in text
     assert c.recommendation == "EP4 + flashinfer_mxfp4 + chunk 8192"
     lines = conclusion_lines(_rows(SEED000), _verdicts("better"), SETTINGS)
-    assert lines[1] == "## Conclusions (computed from this run)" and lines[-1].startswith("8. recommendation: EP4 + flashinfer_mxfp4 + chunk 8192")
+    assert lines[1] == "## Conclusions (computed from this run)" and lines[-1].startswith(
+        "8. recommendation: EP4 + flashinfer_mxfp4 + chunk 8192"
+    )
 
 
 def test_a_worse_candidate_is_stated_and_the_baseline_recommended() -> None:

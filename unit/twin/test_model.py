@@ -6,17 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twin_seeds import SEED000
 
 from pytest_sskj.twin.model import ModelError, calibrate, load_model, lognormal_quantiles, simulate
 from pytest_sskj.twin.plugin import DATA, model_path, shipped_models
-from twin_seeds import SEED000
-
 
 
 def test_the_shipped_model_holds_all_twelve_rows_of_seed_000_and_the_pd_figures_of_seed_004() -> None:
     m = load_model(DATA / "kimi3-pro6000.toml")
-    serve = {(c.chunk, c.concurrency, c.backend): (c.input_tps, c.ttft_p50_s, c.ttft_p95_s) for c in m.cells
-             if c.role == "serve"}
+    serve = {
+        (c.chunk, c.concurrency, c.backend): (c.input_tps, c.ttft_p50_s, c.ttft_p95_s)
+        for c in m.cells
+        if c.role == "serve"
+    }
     assert serve == SEED000, "the model's serve cells are exactly seed 000's table"
     pd = load_model(DATA / "kimi3-pro6000-pd.toml")
     pre = [c for c in pd.cells if c.role == "prefill"]
@@ -36,19 +38,28 @@ def test_calibrated_engines_reproduce_every_cell_under_its_own_workload(name: st
         if c.ttft_p50_s is None:
             continue
         p = calibrate(c, m.default_tpot_ms)
-        sim = simulate(c.requests, c.concurrency, c.isl, p.prefill_tps, p.wake_s,
-                       lognormal_quantiles(c.requests, p.service_cv))
+        sim = simulate(
+            c.requests, c.concurrency, c.isl, p.prefill_tps, p.wake_s, lognormal_quantiles(c.requests, p.service_cv)
+        )
         assert c.input_tps is not None and c.ttft_p95_s is not None
-        for got, want, what in ((sim["input_tps"], c.input_tps, "input TPS"), (sim["ttft_p50_s"], c.ttft_p50_s, "P50"),
-                                (sim["ttft_p95_s"], c.ttft_p95_s, "P95")):
+        for got, want, what in (
+            (sim["input_tps"], c.input_tps, "input TPS"),
+            (sim["ttft_p50_s"], c.ttft_p50_s, "P50"),
+            (sim["ttft_p95_s"], c.ttft_p95_s, "P95"),
+        ):
             assert abs(got / want - 1) < 0.006, f"{c.source}: {what} simulated {got:.2f}, the cell says {want}"
 
 
 def test_the_worse_model_swaps_the_backends_and_the_equal_model_gives_both_marlins_figures() -> None:
-    base = {(c.chunk, c.concurrency, c.backend): c.input_tps for c in load_model(DATA / "kimi3-pro6000.toml").cells
-            if c.role == "serve"}
-    for name, other in (("worse", lambda b: "marlin" if b != "marlin" else "flashinfer_mxfp4"),
-                        ("equal", lambda b: "marlin")):
+    base = {
+        (c.chunk, c.concurrency, c.backend): c.input_tps
+        for c in load_model(DATA / "kimi3-pro6000.toml").cells
+        if c.role == "serve"
+    }
+    for name, other in (
+        ("worse", lambda b: "marlin" if b != "marlin" else "flashinfer_mxfp4"),
+        ("equal", lambda b: "marlin"),
+    ):
         for c in load_model(DATA / f"kimi3-pro6000-{name}.toml").cells:
             if c.role == "serve":
                 assert c.input_tps == base[(c.chunk, c.concurrency, other(c.backend))], (name, c)
@@ -59,7 +70,7 @@ def test_a_model_file_with_an_unknown_key_or_no_figures_is_refused_naming_it(tmp
     bad.write_text('time_scale = 0.1\n[[cells]]\ntp = 8\nbackend = "marlin"\ninput_tsp = 3.0\n')
     with pytest.raises(ModelError, match=r"unknown key\(s\) input_tsp; known: role, tp"):
         load_model(bad)
-    bad.write_text('time_scale = 0.1\n[[cells]]\ntp = 8\n')
+    bad.write_text("time_scale = 0.1\n[[cells]]\ntp = 8\n")
     with pytest.raises(ModelError, match="a cell needs input_tps"):
         load_model(bad)
 

@@ -125,8 +125,17 @@ def _read(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[s
 
 
 def _users_prefill(cfg: Path, *extra: str) -> list[str]:
-    return ["--profile", "twin/kimi3-sglang-prefill", "--nodes", "601-604", "--backend", "marlin,flashinfer_mxfp4",
-            "--sskj-ssh-config", str(cfg), *extra]
+    return [
+        "--profile",
+        "twin/kimi3-sglang-prefill",
+        "--nodes",
+        "601-604",
+        "--backend",
+        "marlin,flashinfer_mxfp4",
+        "--sskj-ssh-config",
+        str(cfg),
+        *extra,
+    ]
 
 
 def test_the_users_prefill_ab_passes_and_its_summary_states_seed_000s_conclusions_computed(
@@ -162,10 +171,11 @@ def test_served_a_model_where_the_candidate_is_worse_the_same_job_fails_with_wor
     ssh_config: Path, tmp_path: Path
 ) -> None:
     # one chunk of the users' grid keeps the CI phase short; the verdicts are per shape
-    rc, out, _, run = _job(tmp_path, "worse", *_users_prefill(ssh_config, "--chunk", "8K",
-                                                                "--sskj-twin-model", "kimi3-pro6000-worse"))
+    rc, out, _, run = _job(
+        tmp_path, "worse", *_users_prefill(ssh_config, "--chunk", "8K", "--sskj-twin-model", "kimi3-pro6000-worse")
+    )
     assert rc == 1, f"the job must fail when the candidate is worse, exit {rc}:\n{out[-4000:]}"
-    rows, verdicts, settings = _read(run)
+    _rows, verdicts, _settings = _read(run)
     comps = {v["concurrency"]: v["outcome"] for v in verdicts if v.get("kind") == "comparison"}
     assert comps == {8: "worse", 16: "worse"}, comps
     assert re.search(r"FAILED acceptance/test_backend_comparison.py::\S+chunk8192-c8", out), out[-3000:]
@@ -175,9 +185,10 @@ def test_served_a_model_where_the_candidate_is_worse_the_same_job_fails_with_wor
 
 
 def test_with_equal_backends_nothing_says_better(ssh_config: Path, tmp_path: Path) -> None:
-    rc, out, _, run = _job(tmp_path, "equal", *_users_prefill(ssh_config, "--chunk", "8K",
-                                                                "--sskj-twin-model", "kimi3-pro6000-equal"))
-    rows, verdicts, settings = _read(run)
+    rc, _out, _, run = _job(
+        tmp_path, "equal", *_users_prefill(ssh_config, "--chunk", "8K", "--sskj-twin-model", "kimi3-pro6000-equal")
+    )
+    _rows, verdicts, _settings = _read(run)
     outcomes = [v["outcome"] for v in verdicts if v.get("kind") == "comparison"]
     assert len(outcomes) == 2 and "better" not in outcomes, outcomes
     summary = (run / "summary.md").read_text()
@@ -187,8 +198,19 @@ def test_with_equal_backends_nothing_says_better(ssh_config: Path, tmp_path: Pat
 
 def test_the_pd_job_runs_seed_004s_four_points_over_the_real_router(ssh_config: Path, tmp_path: Path) -> None:
     router = _router_python()
-    rc, out, wall, run = _job(tmp_path, "pd", "--profile", "twin/kimi3-sglang-pd", "--nodes", "601-608",
-                              "--sskj-ssh-config", str(ssh_config), "--sskj-router-python", router, real_parser=True)
+    rc, out, wall, run = _job(
+        tmp_path,
+        "pd",
+        "--profile",
+        "twin/kimi3-sglang-pd",
+        "--nodes",
+        "601-608",
+        "--sskj-ssh-config",
+        str(ssh_config),
+        "--sskj-router-python",
+        router,
+        real_parser=True,
+    )
     rows, _, _ = _read(run)
     assert rc == 0, f"the PD job should pass, exit {rc}:\n{out[-6000:]}"
     got = sorted((r["isl"], r["osl"], r["concurrency"]) for r in rows)
@@ -213,8 +235,9 @@ def test_the_pd_job_runs_seed_004s_four_points_over_the_real_router(ssh_config: 
 
 
 def test_the_dsv4_layout_job_recommends_the_models_winner_per_shape(ssh_config: Path, tmp_path: Path) -> None:
-    rc, out, wall, run = _job(tmp_path, "dsv4", "--profile", "twin/dsv4-sglang-matrix",
-                              "--sskj-ssh-config", str(ssh_config))
+    rc, out, wall, run = _job(
+        tmp_path, "dsv4", "--profile", "twin/dsv4-sglang-matrix", "--sskj-ssh-config", str(ssh_config)
+    )
     _, verdicts, _ = _read(run)
     recs = {v["id"]: v for v in verdicts if v.get("kind") == "recommendation"}
     winners = {k.split("-auto")[0]: (v["winner"]["layout"], v["conclusive"]) for k, v in recs.items()}
