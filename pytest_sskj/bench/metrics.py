@@ -36,6 +36,9 @@ Per run (``duration`` = first measured send -> last measured end, seconds):
   (population, ``ddof=0``), ``p90_*_ms``, ``p95_*_ms``, ``p99_*_ms`` with numpy's default ``linear``
   percentile method; ``max_itl_ms``.  Any statistic over no samples is None, never 0.
 
+Which metrics exist is :mod:`pytest_sskj.vocabulary`'s registry: :func:`compute_metrics` computes each of its
+``COMPUTED`` names through :func:`computation` (a statistic in ``_STAT_FNS`` or an entry of ``_SCALARS``).
+
 The names follow ``sglang.bench_serving``'s result JSON so existing analysis scripts keep working;
 the differences are deliberate: sglang reports 0 for empty lists, counts a 200 with no tokens as a
 success, stamps TTFT on non-empty *text* and ends E2E at the last line read.

@@ -172,3 +172,14 @@ def test_a_metric_added_in_one_place_reaches_rows_medians_summary_export_and_the
         f"an SLO on a registered but uncomputed metric must be refused, naming what is accepted; got {refused!r}"
     )
     assert "max_ttft_ms" not in METRIC_FIELDS, "the copy's registry must not leak into this process"
+
+
+def test_sskj_slo_on_an_uncomputed_metric_is_a_usage_error_before_anything_runs(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_x="def test_x():\n    raise AssertionError('collected and run despite a bad --sskj-slo')\n"
+    )
+    res = pytester.runpytest_subprocess("--sskj-slo", "p999_ttft_ms<5000", "-p", "no:cacheprovider")
+    err = res.stderr.str()
+    assert res.ret == 4, f"expected exit 4 (usage error), got {res.ret}:\n{err}"
+    assert "p999_ttft_ms" in err and "known metrics" in err and "p99_ttft_ms" in err, err
+    assert "collected and run" not in res.stdout.str()
