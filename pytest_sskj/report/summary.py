@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pytest_sskj.records import METRIC_FIELDS
+from pytest_sskj.vocabulary import COMPUTED
 
 __all__ = [
     "MEDIANS_FIELDS",
     "MEDIANS_HEADER",
+    "MEDIAN_METRICS",
     "PointSummary",
     "format_chunk",
     "format_delta",
@@ -60,6 +64,8 @@ class PointSummary:
     is_baseline: bool = False
     slo_met: bool | None = None
     """Every passed repeat met every judged SLO gate (``False``: one missed; ``None``: nothing judged)."""
+    medians: Mapping[str, float | None] = field(default_factory=dict)
+    """The median over the passed repeats of every :data:`MEDIAN_METRICS` metric (registry names)."""
 
     @property
     def vs_baseline(self) -> str:
@@ -171,6 +177,7 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             tpot_p50_ms=_median(r.get("median_tpot_ms") for r in ok),
             e2e_p95_ms=_median(r.get("p95_e2e_latency_ms") for r in ok),
             slo_met=_all_met(ok),
+            medians={m: _median(r.get(m) for r in ok) for m in MEDIAN_METRICS},
         )
     out: list[PointSummary] = []
     for key in sorted(raw, key=lambda k: (order(k[2])[0], _sort_key(k[0]), _sort_key(k[1]), order(k[2])[1])):
@@ -209,16 +216,13 @@ MEDIANS_HEADER = (
 )
 """The users' table: ``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | TPOT P50 | TPOT P95 | E2E P95 |
 vs baseline``."""
+MEDIAN_METRICS = tuple(n for n in METRIC_FIELDS if n in COMPUTED)
+"""The metrics ``medians.csv`` carries: every metric the bench computes (:mod:`pytest_sskj.vocabulary`)."""
 MEDIANS_FIELDS = (
     "chunk",
     "concurrency",
     "backend",
-    "input_throughput",
-    "ttft_p50_ms",
-    "ttft_p95_ms",
-    "tpot_p50_ms",
-    "tpot_p95_ms",
-    "e2e_p95_ms",
+    *MEDIAN_METRICS,
     "tps_vs_baseline_pct",
     "ttft_vs_baseline_pct",
     "is_baseline",
@@ -226,7 +230,8 @@ MEDIANS_FIELDS = (
     "passed",
     "slo_met",
 )
-"""Columns of ``medians.csv`` / ``medians.json`` (the same points as the table, unformatted)."""
+"""Columns of ``medians.csv`` / ``medians.json`` (the same points as the table, unformatted; metric columns
+under their registry names, the median over the passed repeats)."""
 
 
 def medians_cells(p: PointSummary) -> tuple[str, ...]:
@@ -248,7 +253,7 @@ def medians_cells(p: PointSummary) -> tuple[str, ...]:
 
 def medians_records(points: Sequence[PointSummary]) -> list[dict[str, Any]]:
     """:data:`MEDIANS_FIELDS` of every point (numbers, ``None`` when undefined)."""
-    return [{k: getattr(p, k) for k in MEDIANS_FIELDS} for p in points]
+    return [{k: p.medians.get(k) if k in MEDIAN_METRICS else getattr(p, k) for k in MEDIANS_FIELDS} for p in points]
 
 
 def write_medians(run_dir: Path, rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list[Path]:
