@@ -19,6 +19,7 @@ _SUBPLUGINS = (
     "pytest_sskj.fixtures",
     "pytest_sskj.gpu.fixtures",
     "pytest_sskj.gpu.serving",
+    "pytest_sskj.identity.plugin",
     "pytest_sskj.server.fixtures",
     "pytest_sskj.bench.fixtures",
     "pytest_sskj.report.plugin",
@@ -76,6 +77,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # --collect-only, like the dry run, applies every check and writes nothing: no run dir, no record
         settings = replace(settings, dry_run=True)
     config.stash[SETTINGS_KEY] = settings
+    from pytest_sskj.recording import decide
+
+    decide(config, settings)  # a self-test session given no run id leaves no run behind
     for name in _SUBPLUGINS:
         if importlib.util.find_spec(name) is not None:
             config.pluginmanager.import_plugin(name)
@@ -90,8 +94,10 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    from pytest_sskj.recording import records
+
     settings = config.stash.get(SETTINGS_KEY, None)
-    if settings is None:
+    if settings is None or not records(config):
         return None
     s = settings
     target = (
@@ -117,9 +123,11 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    from pytest_sskj.recording import records
+
     config = session.config
     settings = config.stash.get(SETTINGS_KEY, None)
-    if settings is None or settings.dry_run or _is_worker(config):
+    if settings is None or settings.dry_run or _is_worker(config) or not records(config):
         return
     from pytest_sskj import interrupts
 

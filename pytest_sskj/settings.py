@@ -20,7 +20,7 @@ import pytest
 
 from pytest_sskj import parsing, schema
 from pytest_sskj.options import OPTIONS, Option
-from pytest_sskj.redact import REDACTED, redact_argv, redact_url
+from pytest_sskj.redact import REDACTED, redact_argv, redact_url, url_without_userinfo
 
 if TYPE_CHECKING:
     from pytest_sskj.acceptance.agreement import AgreementGate
@@ -327,6 +327,8 @@ def resolve_settings(
     values["env"] = values["env"] or ()
     values["ssh_options"] = values["ssh_options"] or ()
     values["run_id"] = values["run_id"] or values.get("resume") or new_run_id()
+    if values.get("target_url"):  # nothing sends URL credentials (the client never authenticates): none is kept
+        values["target_url"] = url_without_userinfo(values["target_url"])
     # anchored where pytest was invoked: tests (pytester) and servers change the working directory later
     params = getattr(config, "invocation_params", None)
     base = Path(params.dir) if params is not None else Path.cwd()

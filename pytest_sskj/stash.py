@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # types only: the stash sits below the subsystems whose objec
     from pytest_sskj.report.manifest import RunManifest
     from pytest_sskj.settings import Settings
 
-__all__ = ["EXTRA_KEY", "MANIFEST_KEY", "NOT_APPLICABLE_KEY", "SETTINGS_KEY"]
+__all__ = ["EXTRA_KEY", "MANIFEST_KEY", "NOT_APPLICABLE_KEY", "RECORDED_KEY", "SETTINGS_KEY"]
 
 SETTINGS_KEY: pytest.StashKey[Settings] = pytest.StashKey()
 """The frozen, resolved settings of this session."""
@@ -25,3 +25,6 @@ NOT_APPLICABLE_KEY = pytest.StashKey[dict[str, str]]()
 """Tests the plugin itself deselected because they do not apply to this run's configuration (node id -> reason,
 e.g. the baseline gate without ``--sskj-baseline``): not a user's selection, so a release lists them instead of
 refusing the run as not run in full."""
+
+RECORDED_KEY = pytest.StashKey[bool]()
+"""Whether this session records a run (run directory, results database, header): :mod:`pytest_sskj.recording`."""

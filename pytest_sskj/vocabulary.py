@@ -15,6 +15,15 @@ Older spellings map onto exactly one canonical name and nothing else is accepted
 
 A name that is neither canonical nor such an alias (``ttft_p59_ms``, ``foo_ms``) is refused with the
 known names and the closest one.
+
+This module is THE metric registry: each :class:`Metric` records its canonical name, unit, direction and
+whether the bench computes it (``computed``).  :func:`pytest_sskj.bench.metrics.compute_metrics` iterates
+:data:`COMPUTED` (a computed metric without a computation there is a ``KeyError`` on the first bench,
+and ``unit/acceptance/test_metric_registry.py`` holds the two sets equal); the row columns
+(:data:`pytest_sskj.records.METRIC_FIELDS`), ``medians.csv``, the chunk curve's points, the plots, the
+export and the database take their names from here; an SLO may name only a computed metric
+(:data:`GATEABLE`).  To add a metric: its entry in :func:`_build` and its computation in
+``bench/metrics.py``; nothing else.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from types import MappingProxyType
 __all__ = [
     "ALIASES",
     "COMPARISON_METRICS",
+    "COMPUTED",
     "GATEABLE",
     "LATENCIES",
     "METRICS",
@@ -37,6 +47,8 @@ __all__ = [
     "canonical",
     "known_names",
     "metric",
+    "stored_value",
+    "users_name",
 ]
 
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
@@ -71,6 +83,8 @@ class Metric:
     direction: str
     """``higher`` (more is better), ``lower`` (less is better) or ``none`` (a count or a setting)."""
     label: str
+    computed: bool = True
+    """Whether :func:`pytest_sskj.bench.metrics.compute_metrics` produces it (an SLO may name only these)."""
 
     @property
     def higher_is_better(self) -> bool:
@@ -80,8 +94,8 @@ class Metric:
 def _build() -> dict[str, Metric]:
     out: dict[str, Metric] = {}
 
-    def add(name: str, unit: str, definition: str, direction: str, label: str) -> None:
-        out[name] = Metric(name, unit, definition, direction, label)
+    def add(name: str, unit: str, definition: str, direction: str, label: str, computed: bool = True) -> None:
+        out[name] = Metric(name, unit, definition, direction, label, computed)
 
     add("completed", "requests", "measured requests that passed the strict oracle", "none", "completed")
     add("failed", "requests", "measured requests that failed the strict oracle", "lower", "failed")
@@ -105,8 +119,11 @@ def _build() -> dict[str, Metric]:
 METRICS: Mapping[str, Metric] = MappingProxyType(_build())
 """Every metric a result row carries, by canonical name."""
 
-GATEABLE = tuple(n for n, m in METRICS.items() if m.direction != "none" or n == "concurrency")
-"""Metrics an SLO gate may name."""
+COMPUTED = tuple(n for n, m in METRICS.items() if m.computed)
+"""The metrics the bench computes, in registry order (the keys of ``compute_metrics`` besides its extras)."""
+
+GATEABLE = tuple(n for n in COMPUTED if METRICS[n].direction != "none" or n == "concurrency")
+"""Metrics an SLO gate may name: computed ones with a direction (and the achieved concurrency)."""
 
 COMPARISON_METRICS = ("input_throughput", "median_ttft_ms", "p95_ttft_ms")
 """What an A/B comparison judges, primary first (the users' table: Input TPS, TTFT P50, TTFT P95)."""
@@ -123,9 +140,31 @@ ALIASES: Mapping[str, str] = MappingProxyType(
         },
         **{f"{lat}_median_ms": f"median_{lat}_ms" for lat in LATENCIES},
         **{f"p50_{lat}_ms": f"median_{lat}_ms" for lat in LATENCIES},
+        **{f"e2e_{'p50' if stat == 'median' else stat}_ms": f"{stat}_e2e_latency_ms" for stat in STATS},
     }
 )
 """Older spellings and the one canonical name each maps to."""
+
+
+_USERS_NAME = {t: a for a, t in ALIASES.items() if not a.startswith(("p50_",)) and not a.endswith("_median_ms")}
+"""The users' spelling of a canonical name (``median_ttft_ms`` -> ``ttft_p50_ms``), for the files that keep it."""
+
+
+def users_name(name: str) -> str:
+    """The users' (README, ``adaptive_points.jsonl``) spelling of ``name``; the canonical name when it has none."""
+    key = canonical(name)
+    return _USERS_NAME.get(key, key)
+
+
+def stored_value(stored: Mapping[str, object], name: str) -> float | None:
+    """``name``'s number in ``stored`` (a row, a step, a chunk-curve point), read under its canonical name or
+    any alias of it (data written before the names were canonical); ``None`` when absent or not a number."""
+    key = canonical(name)
+    for n in (key, *(a for a, t in ALIASES.items() if t == key)):
+        v = stored.get(n)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
 
 
 class UnknownMetric(ValueError):
@@ -142,6 +181,12 @@ def canonical(name: str, *, allowed: tuple[str, ...] | None = None) -> str:
     key = name.strip()
     target = key if key in METRICS else ALIASES.get(key)
     pool = allowed if allowed is not None else tuple(METRICS)
+    if target is not None and target not in pool and not METRICS[target].computed:
+        raise UnknownMetric(
+            f"{key!r} is in the metric registry but the bench does not compute it, so it would never be judged; "
+            f"metrics the bench computes: {known_names(tuple(n for n in pool if METRICS[n].computed))} "
+            "(hint: add its computation to pytest_sskj/bench/metrics.py and set computed=True)"
+        )
     if target is None or target not in pool:
         close = difflib.get_close_matches(key, [*pool, *(a for a, t in ALIASES.items() if t in pool)], n=1)
         hint = f" (did you mean {ALIASES.get(close[0], close[0])!r}?)" if close else ""

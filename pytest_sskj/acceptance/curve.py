@@ -78,6 +78,7 @@ class Curve:
         return text
 
     def as_dict(self) -> dict[str, Any]:
+        """The verdict; each point's medians under their registry names (:mod:`pytest_sskj.vocabulary`)."""
         best = self.best
         return {
             "backend": self.backend,
@@ -89,9 +90,9 @@ class Curve:
             "points": [
                 {
                     "chunk": p.chunk,
-                    "input_tps": p.input_tps,
-                    "ttft_p50_ms": p.ttft_p50_ms,
-                    "ttft_p95_ms": p.ttft_p95_ms,
+                    "input_throughput": p.input_tps,
+                    "median_ttft_ms": p.ttft_p50_ms,
+                    "p95_ttft_ms": p.ttft_p95_ms,
                     "repeats": p.repeats,
                 }
                 for p in self.points

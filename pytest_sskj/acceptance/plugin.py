@@ -507,9 +507,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.dry_run:
         return
     from pytest_sskj.acceptance.resume import guard_resume, write_fingerprint
+    from pytest_sskj.recording import records
 
     if not settings.resume:
-        if not hasattr(config, "workerinput"):
+        if not hasattr(config, "workerinput") and records(config):
             write_fingerprint(settings)
         return
     d = settings.reports_dir / settings.resume
@@ -640,13 +641,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     lines = summary_lines(rows, acc.stored_verdicts(), baseline=settings.baseline, run_dir=str(settings.run_dir))
     if not lines:
         return
-    t0 = config.stash.get(SESSION_T0_KEY, None)
-    pool = config.stash.get(EXTRA_KEY, {}).get("server_pool")
-    starts = getattr(pool, "starts", None)
-    if t0 is not None:
-        wall = time.perf_counter() - t0
+    overhead = session_overhead(config, rows)
+    if overhead is not None:
         at = len(lines) - 1 if lines[-1].startswith("results:") else len(lines)
-        lines.insert(at, overhead_line(rows, starts if isinstance(starts, dict) else None, wall))
+        lines.insert(at, overhead)
     lines[-1:-1] = (
         _evidence_lines(config, settings.run_dir, acc.stored_verdicts()) if lines[-1].startswith("results:") else []
     )
@@ -659,10 +657,36 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(line)
 
 
+def session_overhead(config: pytest.Config, rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The terminal's ``overhead:`` line (:func:`overhead_line`: server starts vs server runs, session wall vs
+    measured benchmark time) of this session; ``None`` before the session started.  The wall time is taken at the
+    first call of the session's end, so the terminal and ``summary.md`` (the reporter stores the line in the
+    manifest's ``session``) show the same figures."""
+    t0 = config.stash.get(SESSION_T0_KEY, None)
+    if t0 is None:
+        return None
+    extra = config.stash.get(EXTRA_KEY, {})
+    wall = extra.setdefault("session_wall_s", time.perf_counter() - t0)
+    starts = getattr(extra.get("server_pool"), "starts", None)
+    return overhead_line(rows, starts if isinstance(starts, dict) else None, float(wall))
+
+
+def session_deselections(config: pytest.Config) -> tuple[int, list[str]]:
+    """How many tests the session deselected and why (:func:`deselection_lines`), from the reporter's record
+    of the selection: the terminal summary and ``summary.md`` both show these."""
+    from pytest_sskj.acceptance.summary import deselection_lines
+
+    reporter = config.stash.get(EXTRA_KEY, {}).get("reporter")
+    selection = getattr(getattr(reporter, "outcomes", None), "selection", None) or {}
+    na = selection.get("not_applicable") or {}
+    deselected = sum(int(n) for n in (selection.get("deselected") or {}).values()) + len(na)
+    return deselected, deselection_lines(na, deselected)
+
+
 def _evidence_lines(config: pytest.Config, run_dir: Path, verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
     """The long verdict evidence goes to ``verdicts.txt`` in the run directory (the terminal has the headlines),
     and every deselection of the session is explained."""
-    from pytest_sskj.acceptance.summary import deselection_lines, verdict_lines
+    from pytest_sskj.acceptance.summary import verdict_lines
 
     out: list[str] = []
     full = verdict_lines(verdicts)
@@ -674,11 +698,7 @@ def _evidence_lines(config: pytest.Config, run_dir: Path, verdicts: Sequence[Map
             out.append(f"evidence of every verdict: {run_dir / 'verdicts.txt'} (and verdicts.json)")
         except OSError as exc:
             out.append(f"could not write {run_dir / 'verdicts.txt'}: {exc}")
-    reporter = config.stash.get(EXTRA_KEY, {}).get("reporter")
-    selection = getattr(getattr(reporter, "outcomes", None), "selection", None) or {}
-    deselected = sum(int(n) for n in (selection.get("deselected") or {}).values())
-    na = selection.get("not_applicable") or {}
-    out += deselection_lines(na, deselected + len(na))
+    out += session_deselections(config)[1]
     return out
 
 

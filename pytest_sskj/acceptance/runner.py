@@ -332,12 +332,14 @@ class PointRunner:
         _attach_commands(server)
         mark = server.mark()
         out_dir = self.store.point_dir(point.id)
-        with point_telemetry(server, getattr(pool, "launcher", None), out_dir) as telemetry:
+        with point_telemetry(server, pool.launcher, out_dir) as telemetry:
             result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
         findings = self._scan(server, mark, outcome)
         if result is not None:
             self._record(point, result, out_dir, outcome)
             outcome.row.update(telemetry.summary(outcome.row, tolerance_pct=THROUGHPUT_TOLERANCE_PCT))
+            if outcome.row.get("telemetry_plot"):
+                _attach_file(out_dir / str(outcome.row["telemetry_plot"]), f"telemetry {out_dir.name}")
         crash = crash or self._after_bench(point, spec, server, result, findings)
         if crash is not None:
             self._break(pool, spec, point, "hung" if crash[0] in ("timeout", "hang") else "crashed")
@@ -573,6 +575,12 @@ def allure_step(title: str) -> Any:
     from pytest_sskj.report import allure
 
     return allure.step(title)
+
+
+def _attach_file(path: Path, name: str) -> None:
+    from pytest_sskj.report import allure
+
+    allure.attach_file(path, name)
 
 
 def allure_text(name: str, text: str) -> None:

@@ -36,6 +36,9 @@ Per run (``duration`` = first measured send -> last measured end, seconds):
   (population, ``ddof=0``), ``p90_*_ms``, ``p95_*_ms``, ``p99_*_ms`` with numpy's default ``linear``
   percentile method; ``max_itl_ms``.  Any statistic over no samples is None, never 0.
 
+Which metrics exist is :mod:`pytest_sskj.vocabulary`'s registry: :func:`compute_metrics` computes each of its
+``COMPUTED`` names through :func:`computation` (a statistic in ``_STAT_FNS`` or an entry of ``_SCALARS``).
+
 The names follow ``sglang.bench_serving``'s result JSON so existing analysis scripts keep working;
 the differences are deliberate: sglang reports 0 for empty lists, counts a 200 with no tokens as a
 success, stamps TTFT on non-empty *text* and ends E2E at the last line read.
@@ -43,11 +46,14 @@ success, stamps TTFT on non-empty *text* and ends E2E at the last line read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from pytest_sskj.bench.records import RequestRecord
+from pytest_sskj.vocabulary import COMPUTED
+from pytest_sskj.vocabulary import STATS as _REGISTRY_STATS
 
 __all__ = [
     "LATENCY_METRICS",
@@ -67,7 +73,7 @@ __all__ = [
 METRICS_VERSION = "sskj-metrics/1"
 """Bump whenever a definition in this module's docstring changes."""
 
-STATS = ("mean", "median", "std", "p90", "p95", "p99")
+STATS = _REGISTRY_STATS
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 
 Metrics = dict[str, float | int | str | None]
@@ -164,60 +170,103 @@ def itl_samples_ms(rec: RequestRecord) -> list[float]:
     return out
 
 
+_STAT_FNS: dict[str, Callable[[np.ndarray], float]] = {
+    "mean": lambda a: float(a.mean()),
+    "median": lambda a: float(np.median(a)),
+    "std": lambda a: float(a.std()),
+    "p90": lambda a: float(np.percentile(a, 90.0, method="linear")),
+    "p95": lambda a: float(np.percentile(a, 95.0, method="linear")),
+    "p99": lambda a: float(np.percentile(a, 99.0, method="linear")),
+}
+"""How each statistic of :data:`pytest_sskj.vocabulary.STATS` is computed (a stat added there needs its line here)."""
+
+
 def distribution(name: str, values: Sequence[float]) -> dict[str, float | None]:
     """``{mean,median,std,p90,p95,p99}_<name>_ms`` over ``values``; all None when there are none."""
     if not values:
         return {f"{s}_{name}_ms": None for s in STATS}
     a = np.asarray(values, dtype=np.float64)
-    p90, p95, p99 = np.percentile(a, [90.0, 95.0, 99.0], method="linear")
-    return {
-        f"mean_{name}_ms": float(a.mean()),
-        f"median_{name}_ms": float(np.median(a)),
-        f"std_{name}_ms": float(a.std()),
-        f"p90_{name}_ms": float(p90),
-        f"p95_{name}_ms": float(p95),
-        f"p99_{name}_ms": float(p99),
-    }
+    return {f"{s}_{name}_ms": _STAT_FNS[s](a) for s in STATS}
 
 
 def _div(num: float, den: float | None) -> float | None:
     return num / den if den else None
 
 
-def compute_metrics(records: Iterable[RequestRecord], *, max_concurrency: int | None = None) -> Metrics:
-    """Every run-level metric over the measured (non-warmup) records; see the module docstring."""
-    measured = [r for r in records if not r.warmup]
-    ok = [r for r in measured if r.ok]
+@dataclass(frozen=True)
+class _Run:
+    """What every run-level metric is computed from: the measured and the passed records, the duration and
+    the latency samples by distribution name (``ttft``, ``tpot``, ``itl``, ``e2e_latency``)."""
+
+    measured: list[RequestRecord]
+    ok: list[RequestRecord]
+    duration: float | None
+    samples: dict[str, list[float]]
+
+    @property
+    def total_in(self) -> int:
+        return sum(r.input_tokens for r in self.ok)
+
+    @property
+    def total_out(self) -> int:
+        return sum(r.output_tokens for r in self.ok)
+
+
+def _duration(measured: Sequence[RequestRecord]) -> float | None:
     sends = [r.t_send for r in measured if r.t_send is not None]
     ends = [r.t_end for r in measured if r.t_end is not None]
     duration = (max(ends) - min(sends)) if sends and ends else None
-    if duration is not None and duration <= 0:
-        duration = None
-    total_in = sum(r.input_tokens for r in ok)
-    total_out = sum(r.output_tokens for r in ok)
-    ttfts = [v for v in map(ttft_ms, ok) if v is not None]
-    tpots = [v for v in map(tpot_ms, ok) if v is not None]
-    e2es = [v for v in map(e2e_ms, ok) if v is not None]
-    itls = [s for r in ok for s in itl_samples_ms(r)]
+    return duration if duration is not None and duration > 0 else None
+
+
+_SCALARS: dict[str, Callable[[_Run], float | int | None]] = {
+    "completed": lambda r: len(r.ok),
+    "failed": lambda r: len(r.measured) - len(r.ok),
+    "duration": lambda r: r.duration,
+    "total_input_tokens": lambda r: r.total_in,
+    "total_output_tokens": lambda r: r.total_out,
+    "request_throughput": lambda r: _div(len(r.ok), r.duration),
+    "input_throughput": lambda r: _div(r.total_in, r.duration),
+    "output_throughput": lambda r: _div(r.total_out, r.duration),
+    "total_throughput": lambda r: _div(r.total_in + r.total_out, r.duration),
+    "concurrency": lambda r: (
+        _div(sum(r.samples["e2e_latency"]) / 1000.0, r.duration) if r.samples["e2e_latency"] else None
+    ),
+    "max_itl_ms": lambda r: max(r.samples["itl"]) if r.samples["itl"] else None,
+}
+"""The computation of every registry metric that is not a statistic of a latency distribution."""
+
+
+def computation(name: str, run: _Run, dists: Mapping[str, Mapping[str, float | None]]) -> float | int | None:
+    """``name``'s value: a statistic of a distribution (``p95_ttft_ms``) or one of :data:`_SCALARS`; a registry
+    metric marked computed that has neither is a ``KeyError`` naming it (add its computation here)."""
+    for dist in dists.values():
+        if name in dist:
+            return dist[name]
+    if name not in _SCALARS:
+        raise KeyError(f"metric {name!r} is marked computed in pytest_sskj/vocabulary.py but has no computation here")
+    return _SCALARS[name](run)
+
+
+def compute_metrics(records: Iterable[RequestRecord], *, max_concurrency: int | None = None) -> Metrics:
+    """Every computed metric of the registry (:data:`pytest_sskj.vocabulary.COMPUTED`) over the measured
+    (non-warmup) records, plus ``metrics_version``, ``requests``, ``total_output_tokens_counted`` and
+    ``max_concurrency``; see the module docstring."""
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    samples = {
+        "ttft": [v for v in map(ttft_ms, ok) if v is not None],
+        "tpot": [v for v in map(tpot_ms, ok) if v is not None],
+        "itl": [s for r in ok for s in itl_samples_ms(r)],
+        "e2e_latency": [v for v in map(e2e_ms, ok) if v is not None],
+    }
+    run = _Run(measured, ok, _duration(measured), samples)
+    dists = {lat: distribution(lat, vals) for lat, vals in samples.items()}
     m: Metrics = {
         "metrics_version": METRICS_VERSION,
         "requests": len(measured),
-        "completed": len(ok),
-        "failed": len(measured) - len(ok),
-        "duration": duration,
-        "total_input_tokens": total_in,
-        "total_output_tokens": total_out,
         "total_output_tokens_counted": sum(r.tokens_counted for r in ok),
-        "request_throughput": _div(len(ok), duration),
-        "input_throughput": _div(total_in, duration),
-        "output_throughput": _div(total_out, duration),
-        "total_throughput": _div(total_in + total_out, duration),
-        "concurrency": _div(sum(e2es) / 1000.0, duration) if e2es else None,
         "max_concurrency": max_concurrency,
     }
-    m.update(distribution("ttft", ttfts))
-    m.update(distribution("tpot", tpots))
-    m.update(distribution("itl", itls))
-    m["max_itl_ms"] = max(itls) if itls else None
-    m.update(distribution("e2e_latency", e2es))
+    m.update({name: computation(name, run, dists) for name in COMPUTED})
     return m

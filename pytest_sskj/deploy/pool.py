@@ -176,6 +176,11 @@ class DeploymentPool:
         self.router: ProcessHandle | None = None
         self.closed = False
 
+    @property
+    def launcher(self) -> Launcher | None:
+        """The first started group's launcher (every group reaches the same nodes' kind of launcher)."""
+        return next((p.launcher for p in self.pools.values()), None)
+
     def get(self, spec: ServerSpec) -> RunningDeployment:
         if self.closed:
             raise ServerLaunchError("the deployment pool is closed (session teardown); nothing is launched")

@@ -15,23 +15,28 @@ from typing import Any
 
 from pytest_sskj.history.importer import read_manifest
 from pytest_sskj.history.layout import config_text, deployment_config, point_layout
+from pytest_sskj.records import METRIC_FIELDS
 from pytest_sskj.report.results import read_results
 from pytest_sskj.rundir import RunLayout, atomic_write_json, atomic_write_text, jsonable
+from pytest_sskj.vocabulary import COMPUTED, users_name
 
 __all__ = ["POINT_FIELDS", "export_run", "point_lines", "shape_lines"]
 
-_POINT_METRICS = (
-    ("request_throughput", "request_throughput"),
-    ("input_throughput", "input_throughput"),
-    ("output_throughput", "output_throughput"),
-    ("total_throughput", "total_throughput"),
-    ("ttft_p50_ms", "median_ttft_ms"),
-    ("ttft_p95_ms", "p95_ttft_ms"),
-    ("tpot_p50_ms", "median_tpot_ms"),
-    ("tpot_p95_ms", "p95_tpot_ms"),
-    ("itl_p95_ms", "p95_itl_ms"),
-    ("e2e_p95_ms", "p95_e2e_latency_ms"),
+_EXPORTED = (
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "total_throughput",
+    "median_ttft_ms",
+    "p95_ttft_ms",
+    "median_tpot_ms",
+    "p95_tpot_ms",
+    "p95_itl_ms",
+    "p95_e2e_latency_ms",
 )
+_POINT_METRICS = tuple((n if n.endswith("_throughput") else users_name(n), n) for n in _EXPORTED)
+"""(field, registry name) of the users' flat metric fields (their spelling, from the registry's aliases); every
+computed metric is also in each line's ``metrics`` under its registry name."""
 POINT_FIELDS = (
     "run_id",
     "platform",
@@ -55,6 +60,7 @@ POINT_FIELDS = (
     "slo",
     "request_file",
     "reasons",
+    "metrics",
 )
 
 
@@ -105,6 +111,7 @@ def point_lines(rows: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) 
         line.update({name: r.get(col) for name, col in _POINT_METRICS})
         line.update(slo_met=_slo_met(gates), slo=dict(gates), request_file=r.get("request_file"))
         line["reasons"] = list(r.get("reasons") or [])
+        line["metrics"] = {n: r.get(n) for n in METRIC_FIELDS if n in COMPUTED}
         out.append({k: line.get(k) for k in POINT_FIELDS})
     return out
 

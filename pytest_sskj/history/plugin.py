@@ -57,6 +57,10 @@ class HistoryRecorder:
         self.written = 0
         self.skipped = 0
         self.gate = BaselineGate(margin_pct=settings.regression_margin_pct)
+        from pytest_sskj.recording import records
+
+        self.off = settings.dry_run or not records(config)
+        """Nothing is written: a dry run, or a session that records no run (:mod:`pytest_sskj.recording`)."""
 
     def _url_password(self) -> tuple[str, ...]:
         if not self.url or self.url.startswith("sqlite"):  # a file URL has no password (and needs no parser)
@@ -82,7 +86,7 @@ class HistoryRecorder:
         return cmd
 
     def _write(self, what: str, fn: Callable[[Any], None]) -> None:
-        if self.url is None or self.settings.dry_run:
+        if self.url is None or self.off:
             return
         if self.outage is not None:
             self.skipped += 1
@@ -161,7 +165,7 @@ class HistoryRecorder:
             items[:] = [it for it in items if it not in gated]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or self.url is None or self.settings.dry_run:
+        if self.is_worker or self.url is None or self.off:
             return
         if self.outage is not None:
             terminalreporter.write_line(
@@ -176,7 +180,7 @@ class HistoryRecorder:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """The run's headline medians into ``--alluredir`` (Allure 3 trends them across runs)."""
         alluredir = getattr(self.config.option, "allure_report_dir", None)
-        if self.is_worker or not alluredir or self.settings.dry_run:
+        if self.is_worker or not alluredir or self.off:
             return
         from pytest_sskj.history.importer import read_manifest
         from pytest_sskj.report.allure import write_performance

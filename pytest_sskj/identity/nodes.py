@@ -150,11 +150,9 @@ def differences(identities: Sequence[NodeIdentity]) -> list[Difference]:
 
 def mismatch_message(label: str, diffs: Sequence[Difference]) -> str:
     """The refusal of a mixed launch: the nodes and the differing items, and how to allow it."""
-    from pytest_sskj.report.categories import ENVIRONMENT
-
     lines = "\n".join(f"  - {d.text()}" for d in diffs)
-    return (
-        f"{ENVIRONMENT} server {label}: the nodes do not run the same build; nothing was launched:\n{lines}\n"
+    return (  # "[environment]" is report.categories.ENVIRONMENT (the report layer sits above this one)
+        f"[environment] server {label}: the nodes do not run the same build; nothing was launched:\n{lines}\n"
         "  Hint: install one build (one image) on every node, or pass --sskj-allow-mixed-builds for a deliberate mix"
     )
 

@@ -12,16 +12,18 @@ recorded and every verdict of the run can see it in the manifest).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_sskj.errors import EnvironmentMismatch
 from pytest_sskj.identity.nodes import NodeIdentity, build_facts, differences, mismatch_message, probe_nodes
-from pytest_sskj.report.manifest import RunManifest
 from pytest_sskj.server.launcher import Launcher
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.stash import MANIFEST_KEY, SETTINGS_KEY
+
+if TYPE_CHECKING:
+    from pytest_sskj.report.manifest import RunManifest
 
 __all__ = ["identity_prelaunch", "record_identity", "session_prelaunch"]
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_sskj.report.summary import format_chunk, summarize_points
 from pytest_sskj.rundir import atomic_target
+from pytest_sskj.vocabulary import UnknownMetric, stored_value
 
 __all__ = [
     "find_request_files",
@@ -72,9 +73,13 @@ def plot_throughput_vs_chunk(rows: Sequence[Mapping[str, Any]], out: Path, run_i
 def plot_chunk_curve(
     verdict: Mapping[str, Any], out: Path, rows: Sequence[Mapping[str, Any]] = (), run_id: str | None = None
 ) -> Path | None:
-    """One chunk-curve verdict: its ``points`` (``chunk``, ``input_tps``) with the best chunk marked; without
+    """One chunk-curve verdict: its ``points`` (``chunk``, ``input_throughput``) with the best chunk marked; without
     points, the rows of its backend and concurrency."""
-    pts = [(p.get("chunk"), p.get("input_tps")) for p in verdict.get("points") or [] if isinstance(p, Mapping)]
+    pts = [
+        (p.get("chunk"), stored_value(p, "input_throughput"))
+        for p in verdict.get("points") or []
+        if isinstance(p, Mapping)
+    ]
     line = sorted((int(c), float(v)) for c, v in pts if isinstance(c, int) and isinstance(v, (int, float)))
     if not line:
         mine = [
@@ -273,24 +278,24 @@ def request_files_by_concurrency(run_dir: Path, rows: Iterable[Mapping[str, Any]
 
 
 def _gate(text: str) -> tuple[str, float] | None:
-    m = re.match(r"^\s*([a-z][a-z0-9_]*)\s*(?:<=|>=|<|>)\s*([0-9.eE+-]+)\s*$", text)
-    return (m.group(1), float(m.group(2))) if m else None
+    """``(canonical metric, threshold)`` of the first gate of ``text``, parsed by :func:`pytest_sskj.slo.parse_slo`
+    (the one SLO grammar); ``None`` when ``text`` is not a valid SLO (a stored verdict from an older run)."""
+    from pytest_sskj.slo import parse_slo
+
+    try:
+        gates = parse_slo(text)
+    except ValueError:
+        return None
+    return (gates[0].metric, gates[0].threshold) if gates else None
 
 
 def metric_value(metrics: Mapping[str, Any], name: str) -> float | None:
-    """``metrics[name]``, also under the other spelling (``ttft_p95_ms`` <-> sglang's ``p95_ttft_ms``)."""
-    names = [name]
-    m = re.match(r"^([a-z0-9_]+?)_(p\d+|mean|median|std)_ms$", name)
-    if m:
-        names.append(f"{m.group(2)}_{m.group(1)}_ms")
-    m = re.match(r"^(p\d+|mean|median|std)_([a-z0-9_]+?)_ms$", name)
-    if m:
-        names.append(f"{m.group(2)}_{m.group(1)}_ms")
-    for n in names:
-        v = metrics.get(n)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return None
+    """``metrics[name]`` read through the registry: under the canonical name or any alias of it
+    (``ttft_p95_ms`` <-> sglang's ``p95_ttft_ms``); ``None`` for a name the registry does not know."""
+    try:
+        return stored_value(metrics, name)
+    except UnknownMetric:
+        return None
 
 
 def plot_search(

@@ -114,7 +114,10 @@ class Reporter:
 
     @property
     def enabled(self) -> bool:
-        return not self.settings.dry_run
+        """Off in a dry run and in a session that records no run (:mod:`pytest_sskj.recording`)."""
+        from pytest_sskj.recording import records
+
+        return not self.settings.dry_run and records(self.config)
 
     # -- result rows and verdicts (any process) ------------------------------------------------------
     @pytest.hookimpl
@@ -311,6 +314,22 @@ class Reporter:
                 )
         self._finish(int(exitstatus))
 
+    def _record_session(self) -> None:
+        """The manifest's ``session``: deselections with their reasons and the terminal's overhead line (the
+        acceptance plugin computes both, for the terminal too), which ``summary.md`` shows with the counts."""
+        manifest = self.config.stash.get(MANIFEST_KEY, None)
+        if manifest is None:
+            return
+        from pytest_sskj.acceptance.plugin import session_deselections, session_overhead
+
+        try:
+            rows = read_results(self.settings.run_dir).rows
+            deselected, why = session_deselections(self.config)
+            overhead = session_overhead(self.config, rows) if rows else None
+            manifest.update(session={"deselected": deselected, "deselections": why, "overhead": overhead})
+        except Exception as exc:  # reporting problems are reported, they do not fail tests
+            _log.warning("pytest-sskj: could not record the session's counts in the manifest: %s", exc)
+
     def _interrupted(self) -> bool:
         """A signal ended the session: nothing but what is on disk is wanted, quickly (plots take seconds)."""
         from pytest_sskj.interrupts import received
@@ -330,6 +349,7 @@ class Reporter:
     def _finish(self, exitstatus: int) -> None:
         self.finished = True
         self.outcomes.write(complete=True, exitstatus=exitstatus)
+        self._record_session()
         facts = self._summary(plots=not self._interrupted()) or {}
         self._write_allure_extras()  # again: GPU and engine facts arrive during the run
         manifest = self.config.stash.get(MANIFEST_KEY, None)

@@ -412,7 +412,10 @@ def _load_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _check_request(runs: Sequence[str], tag: str, out: Path, force: bool) -> list[str]:
     if not runs:
-        return ["no run given (--run RUN_ID), and no finished run of a required suite found under the reports dir"]
+        return [
+            "no run given (--run RUN_ID), and no finished run of a required suite found under the reports dir "
+            "(a `pytest unit/` is kept only when its run is named: SSKJ_RUN_ID=unit pytest unit/)"
+        ]
     if not _TAG.match(tag):
         return [f"tag {tag!r} is not a file-name-safe name (letters, digits, . _ + -; starting with a letter or digit)"]
     if out.exists() and not force:

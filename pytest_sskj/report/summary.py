@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pytest_sskj.records import METRIC_FIELDS
+from pytest_sskj.vocabulary import COMPUTED
 
 __all__ = [
     "MEDIANS_FIELDS",
     "MEDIANS_HEADER",
+    "MEDIAN_METRICS",
     "PointSummary",
     "format_chunk",
     "format_delta",
@@ -60,6 +64,8 @@ class PointSummary:
     is_baseline: bool = False
     slo_met: bool | None = None
     """Every passed repeat met every judged SLO gate (``False``: one missed; ``None``: nothing judged)."""
+    medians: Mapping[str, float | None] = field(default_factory=dict)
+    """The median over the passed repeats of every :data:`MEDIAN_METRICS` metric (registry names)."""
 
     @property
     def vs_baseline(self) -> str:
@@ -171,6 +177,7 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
             tpot_p50_ms=_median(r.get("median_tpot_ms") for r in ok),
             e2e_p95_ms=_median(r.get("p95_e2e_latency_ms") for r in ok),
             slo_met=_all_met(ok),
+            medians={m: _median(r.get(m) for r in ok) for m in MEDIAN_METRICS},
         )
     out: list[PointSummary] = []
     for key in sorted(raw, key=lambda k: (order(k[2])[0], _sort_key(k[0]), _sort_key(k[1]), order(k[2])[1])):
@@ -209,16 +216,13 @@ MEDIANS_HEADER = (
 )
 """The users' table: ``Chunk | C | Backend | Input TPS | TTFT P50 | TTFT P95 | TPOT P50 | TPOT P95 | E2E P95 |
 vs baseline``."""
+MEDIAN_METRICS = tuple(n for n in METRIC_FIELDS if n in COMPUTED)
+"""The metrics ``medians.csv`` carries: every metric the bench computes (:mod:`pytest_sskj.vocabulary`)."""
 MEDIANS_FIELDS = (
     "chunk",
     "concurrency",
     "backend",
-    "input_throughput",
-    "ttft_p50_ms",
-    "ttft_p95_ms",
-    "tpot_p50_ms",
-    "tpot_p95_ms",
-    "e2e_p95_ms",
+    *MEDIAN_METRICS,
     "tps_vs_baseline_pct",
     "ttft_vs_baseline_pct",
     "is_baseline",
@@ -226,7 +230,8 @@ MEDIANS_FIELDS = (
     "passed",
     "slo_met",
 )
-"""Columns of ``medians.csv`` / ``medians.json`` (the same points as the table, unformatted)."""
+"""Columns of ``medians.csv`` / ``medians.json`` (the same points as the table, unformatted; metric columns
+under their registry names, the median over the passed repeats)."""
 
 
 def medians_cells(p: PointSummary) -> tuple[str, ...]:
@@ -248,7 +253,7 @@ def medians_cells(p: PointSummary) -> tuple[str, ...]:
 
 def medians_records(points: Sequence[PointSummary]) -> list[dict[str, Any]]:
     """:data:`MEDIANS_FIELDS` of every point (numbers, ``None`` when undefined)."""
-    return [{k: getattr(p, k) for k in MEDIANS_FIELDS} for p in points]
+    return [{k: p.medians.get(k) if k in MEDIAN_METRICS else getattr(p, k) for k in MEDIANS_FIELDS} for p in points]
 
 
 def write_medians(run_dir: Path, rows: Sequence[Mapping[str, Any]], baseline: str | None) -> list[Path]:
@@ -425,6 +430,29 @@ def _facts(m: Mapping[str, Any], settings: Mapping[str, Any]) -> list[tuple[str,
     return facts
 
 
+_COUNTED = ("passed", "failed", "skipped", "error", "xfailed", "xpassed")
+
+
+def _session_lines(m: Mapping[str, Any]) -> list[str]:
+    """The session's test counts, why tests were deselected and the overhead line, as the terminal printed them
+    (the manifest's ``counts`` and ``session``; nothing for a manifest that predates them)."""
+    counts = m.get("counts") if isinstance(m.get("counts"), Mapping) else None
+    session = m.get("session") if isinstance(m.get("session"), Mapping) else {}
+    assert isinstance(session, Mapping)
+    if counts is None and not session:
+        return []
+    out = ["", "## Session", ""]
+    if counts is not None:
+        shown = [
+            f"{int(counts.get(k) or 0)} {k}" for k in _COUNTED if k in ("passed", "failed", "skipped") or counts.get(k)
+        ]
+        out.append(f"- tests: {', '.join(shown)}, {int(session.get('deselected') or 0)} deselected")
+    out += [f"- {line}" for line in session.get("deselections") or ()]
+    if session.get("overhead"):
+        out.append(f"- {session['overhead']}")
+    return out
+
+
 def render_summary(
     rows: Sequence[Mapping[str, Any]],
     verdicts: Sequence[Mapping[str, Any]],
@@ -442,6 +470,7 @@ def render_summary(
         baseline = str(next(iter(settings["backends"])))
     lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
     lines += [f"- {k}: {v}" for k, v in _facts(m, settings) if v not in (None, "")]
+    lines += _session_lines(m)
     if problems:
         lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
     points = summarize_points(rows, baseline)

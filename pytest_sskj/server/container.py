@@ -110,7 +110,7 @@ class ContainerProcess:
         self.node = inner.node
         self.rank = inner.rank
         self.log_path = inner.log_path
-        self.log_offset = int(getattr(inner, "log_offset", 0))
+        self.log_offset = inner.log_offset
         self.removed: bool | None = None
         """After ``terminate``: whether the runtime no longer lists the container."""
 

@@ -30,7 +30,6 @@ import pytest
 
 from pytest_sskj.engines import get_engine
 from pytest_sskj.errors import ServerCrashed
-from pytest_sskj.identity import session_prelaunch
 from pytest_sskj.server.launcher import Launcher
 from pytest_sskj.server.logscan import Finding, LogMark
 from pytest_sskj.server.pool import RunningServer, ServerPool
@@ -80,7 +79,7 @@ def get_pool(config: pytest.Config) -> ServerPool:
         model_cache_dir=settings.reports_dir / ".cache" / "models",
         commands_for=lambda spec: config.hook.pytest_sskj_server_commands(config=config, spec=spec),
         name_tag=tag,
-        prelaunch=session_prelaunch(config, config.hook.pytest_sskj_server_prelaunch(config=config)),
+        prelaunch=config.hook.pytest_sskj_server_prelaunch(config=config),
     )
     new_pool = pool
     pool.on_started = lambda server: _record_engine_facts(config, new_pool, server)

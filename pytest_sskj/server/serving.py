@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_sskj.server.launcher import Launcher
 from pytest_sskj.server.logscan import Finding
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
@@ -63,4 +64,10 @@ class ServingPool(Protocol):
 
     def stop(self, spec: ServerSpec) -> None:
         """Stop the deployment of ``spec`` (every process tree on every node)."""
+        ...
+
+    @property
+    def launcher(self) -> Launcher | None:
+        """What starts processes on the deployment's nodes (telemetry samplers run through it); ``None``: none
+        (an external server, a test double)."""
         ...

@@ -85,7 +85,7 @@ class PointTelemetry:
         return cols
 
     def plot(self, client: Mapping[str, Any]) -> str | None:
-        """``telemetry.png`` next to the samples (attached to Allure when it runs); ``None``: nothing to draw."""
+        """``telemetry.png`` next to the samples (the point runner attaches it to Allure); ``None``: nothing to draw."""
         from pytest_sskj.telemetry.plot import plot_point
 
         tps = client.get("output_throughput")
@@ -98,12 +98,7 @@ class PointTelemetry:
         except Exception as exc:  # a figure never fails a point
             self.errors.append(f"telemetry plot: {type(exc).__name__}: {exc}")
             return None
-        if png is None:
-            return None
-        from pytest_sskj.report import allure
-
-        allure.attach_file(png, f"telemetry {self.out_dir.name}")
-        return png.name
+        return None if png is None else png.name
 
 
 class _Scraper(threading.Thread):

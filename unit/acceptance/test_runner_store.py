@@ -62,6 +62,8 @@ class FakeServer:
 
 
 class FakePool:
+    launcher = None  # no nodes to sample
+
     def __init__(self, fail_start: bool = False) -> None:
         self.fail_start = fail_start
         self.servers: dict[ServerSpec, FakeServer] = {}

@@ -25,7 +25,7 @@ def test_medians_files_terminal_and_summary_show_the_same_points(tmp_path: Path)
     by_backend = {p["backend"]: p for p in data["points"]}
     assert by_backend["parallel"]["input_throughput"] == 110.0 and by_backend["parallel"]["is_baseline"] is True
     assert by_backend["serial"]["tps_vs_baseline_pct"] == (210.0 / 110.0 - 1) * 100
-    assert by_backend["serial"]["slo_met"] is True and by_backend["parallel"]["ttft_p50_ms"] == 60.0
+    assert by_backend["serial"]["slo_met"] is True and by_backend["parallel"]["median_ttft_ms"] == 60.0
     with (run / "medians.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [r["backend"] for r in rows] == ["parallel", "serial"] and rows[1]["input_throughput"] == "210.0"
