@@ -158,7 +158,9 @@ def _record_engine_facts(config: pytest.Config, pool: ServerPool, server: Runnin
     facts.update(versions)
     engines = dict(manifest.data.get("engines", {}))
     engines[server.spec.label] = facts
-    engine = {k: v for k, v in versions.items() if v is not None}
+    # the nodes' shared build (``build``, ``build.*``: written by the identity pre-launch) stays
+    engine = {k: v for k, v in (manifest.data.get("engine") or {}).items() if k == "build" or k.startswith("build.")}
+    engine.update({k: v for k, v in versions.items() if v is not None})
     engine["name"] = server.spec.engine
     manifest.update(engines=engines, engine=engine)
 
