@@ -111,20 +111,41 @@ class _Scraper(threading.Thread):
         self.error: str | None = None
         self._client: Any = None
 
+    @property
+    def budget_s(self) -> float:
+        """The most one scrape may take, reply included: a server that answers byte by byte (a hung one that
+        drips keep-alives) resets every read timeout, so the whole reply has this deadline."""
+        return max(2.0, self.interval_s * 2)
+
     def scrape(self) -> None:
         import httpx
 
         try:
             if self._client is None:
-                self._client = httpx.Client(timeout=max(2.0, self.interval_s * 2))
-            r = self._client.get(self.url)
+                self._client = httpx.Client(timeout=self.budget_s)
+            deadline = time.monotonic() + self.budget_s
+            with self._client.stream("GET", self.url) as r:
+                body = bytearray()
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"no complete reply within {self.budget_s:g} s")
             t = time.time()
             if r.status_code != 200:
                 self.error = f"GET {self.url}: HTTP {r.status_code}"
                 return
-            self.sink.append({"source": "metrics", "t": t, "values": parse(r.text)})
+            self.sink.append({"source": "metrics", "t": t, "values": parse(body.decode("utf-8", "replace"))})
         except Exception as exc:  # telemetry never fails a point: the reason is recorded
             self.error = f"GET {self.url}: {type(exc).__name__}: {exc}"
+
+    def scrape_bounded(self) -> None:
+        """One scrape from the caller's thread that never holds it past :attr:`budget_s` (plus a second):
+        the point's first and last scrapes must not hang the point when the server itself hangs."""
+        worker = threading.Thread(target=self.scrape, name="sskj-metrics-scrape", daemon=True)
+        worker.start()
+        worker.join(self.budget_s + 1.0)
+        if worker.is_alive():
+            self.error = f"GET {self.url}: no reply within {self.budget_s:g} s (the server does not answer)"
 
     def run(self) -> None:
         while not self.stop.wait(self.interval_s):
@@ -187,7 +208,7 @@ def point_telemetry(
     scraper = _Scraper(server.urls[0], interval_s, metrics) if server.urls else None
     tel.t_start = time.time()
     if scraper is not None:
-        scraper.scrape()
+        scraper.scrape_bounded()
         scraper.start()
     try:
         yield tel
@@ -195,8 +216,8 @@ def point_telemetry(
         tel.t_end = time.time()
         if scraper is not None:
             scraper.stop.set()
-            scraper.join(timeout=interval_s * 3 + 5)
-            scraper.scrape()
+            scraper.join(timeout=scraper.budget_s + 1.0)
+            scraper.scrape_bounded()
             if scraper._client is not None:
                 scraper._client.close()
             if scraper.error:
