@@ -232,7 +232,7 @@ def test_the_pd_job_runs_seed_004s_four_points_over_the_real_router(ssh_config: 
         # What holds today: each group's rank-0 log copy records its launch and its clean exit.  KNOWN DEFECT
         # (2026-12-02, issue 22 left open): in this PD run the ranks' own output (the twin's SGLang start-up
         # lines, "twin: sglang 0.5.23 parsed and resolved the arguments") is missing from the log copies, so
-X
+        # the PD groups' log scan sees only these lines (the aggregated jobs' log copies were not checked for it).
         assert "python3 -m sglang.launch_server" in log and f"--disaggregation-mode {group}" in log, log[-1500:]
         assert "exited with status 0" in log, f"{group} rank 0: {log[-1500:]}"
     summary = (run / "summary.md").read_text()
