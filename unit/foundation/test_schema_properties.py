@@ -154,8 +154,15 @@ def check_refused(pytester: pytest.Pytester, opt: Option, value: str, source: st
     root = pytester.path
     argv = [*_argv(opt, value, source, root), "-p", "no:cacheprovider"]
     env = (opt.env, value) if source == "env" else ("SSKJ_PLAIN", "unused")
-    with _environ(*env):
-        result = pytester.runpytest(*argv)
+    # a value of the option already in the environment (SSKJ_ROUTER_PYTHON, this machine's router venv, is kept
+    # for the tests) would outrank an ini or profile value: the run under test sees only the source under test
+    kept = os.environ.pop(opt.env, None) if source != "env" else None
+    try:
+        with _environ(*env):
+            result = pytester.runpytest(*argv)
+    finally:
+        if kept is not None:
+            os.environ[opt.env] = kept
     err = result.stderr.str()
     shown = f"{opt.display} from {source} = {value[:80]!r}"
     assert result.ret == pytest.ExitCode.USAGE_ERROR, f"{shown}: expected exit 4, got {result.ret}: {err[-1500:]}"
