@@ -21,6 +21,7 @@ from pytest_sskj.validate import check_settings
 if TYPE_CHECKING:
     from pytest_sskj.options import Option
     from pytest_sskj.profile import Profile
+    from pytest_sskj.registry import Registry
     from pytest_sskj.settings import Settings
 
 __all__ = ["check_all", "check_combination", "dimensions"]
@@ -208,3 +209,10 @@ def check_all(s: Settings, opts: Mapping[str, Option]) -> None:
     """The engine/layout combination checks, then the generic ones (:func:`check_settings`)."""
     check_combination(s, opts)
     check_settings(s)
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns:
+    the derived dimensions and the engine/layout combination checks."""
+    registry.add_dimensions(dimensions)
+    registry.add_check(check_combination)

@@ -28,13 +28,18 @@ the file.  A file without ``[layers]`` is a flat profile (every key a setting na
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pytest_sskj.errors import ValueProblem
 from pytest_sskj.options import OPTIONS
+
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -149,8 +154,17 @@ def find_profile(ref: str | Path, search: Sequence[Path] = ()) -> Path:
             if cand.is_file():
                 return cand
     where = ", ".join(str(r) for r in roots) or "no profiles/ folder found"
-    known = ", ".join(n for n, _ in list_profiles(search)) or "none"
-    raise ValueError(f"profile {str(ref)!r} does not exist (looked for the file and under {where}); known: {known}")
+    names = [n for n, _ in list_profiles(search)]
+    known = ", ".join(names) or "none"
+    problem = f"profile {name!r} does not exist (looked for the file and under {where})"
+    close = difflib.get_close_matches(name.removesuffix(".toml"), names, n=1, cutoff=0.5)
+    raise ValueProblem(
+        problem,
+        accepted=f"a profile name from profiles/ ({known}) or a path to a .toml file",
+        hint=(f"did you mean --profile {close[0]}? " if close else "")
+        + "`python -m pytest_sskj profiles` lists the profiles, `profiles show NAME` prints one resolved",
+        detail=f"{problem}; known: {known}",
+    )
 
 
 def list_profiles(search: Sequence[Path] = ()) -> list[tuple[str, Path]]:
@@ -354,3 +368,9 @@ def settle_matrix(
         if sources.get(key) == "engine":
             values[key] = value
             sources[key] = "default"
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns:
+    how a ``--profile`` reference is found and loaded."""
+    registry.set_profile_loader(lambda ref, search: load_profile(find_profile(ref, search)))
