@@ -26,8 +26,8 @@ def test_an_unfilled_slot_is_a_wiring_error_naming_its_owner() -> None:
         reg.engine("embedded")
     with pytest.raises(RegistryError, match=r"pytest_sskj\.profile\.register"):
         reg.load_profile("x", [])
+    reg.add_parser("slo", str)
     with pytest.raises(RegistryError, match="two parsers"):
-        reg.add_parser("slo", str)
         reg.add_parser("slo", str)
 
 
