@@ -32,8 +32,9 @@ _SUBPLUGINS = (
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     from pytest_sskj.options import register_options
+    from pytest_sskj.subsystems import OPTIONS
 
-    register_options(parser)
+    register_options(parser, OPTIONS)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -4,6 +4,8 @@
 The subsystems fill it, each with what it owns, the way pytest plugins fill pytest's parser in
 ``pytest_addoption``: a module-level ``register(registry)`` function per subsystem --
 
+- ``server/options.py``, ``deploy/options.py``, ``acceptance/options.py``, ``gpu/options.py``,
+  ``report/options.py``, ``history/options.py`` -- the option rows (flags, kind, bounds, help);
 - :mod:`pytest_sskj.engines` -- ``--engine``'s choices, the default engine and the engine of a name (its
   defaults and checks);
 - :mod:`pytest_sskj.slo`, :mod:`pytest_sskj.acceptance.agreement`, :mod:`pytest_sskj.deploy.layouts` -- the
@@ -54,9 +56,9 @@ class Registry:
     :meth:`load_profile`, :meth:`check_ini_keys`, :meth:`dimensions`, :meth:`check_settings`.
     Subsystems write with the ``add_*`` / ``set_*`` methods (each slot once; parsers and checks many)."""
 
-    def __init__(self, options: Sequence[Option]) -> None:
+    def __init__(self, options: Sequence[Option] = ()) -> None:
         self.options: tuple[Option, ...] = tuple(options)
-        """The option rows, in resolution (and ``--help``) order."""
+        """The option rows, in resolution (and ``--help``) order: the subsystems' in registration order."""
         self.parsers: dict[str, Callable[[str], Any]] = {}
         """Value parsers by option kind, for the kinds a subsystem owns."""
         self._default_engine: str | None = None
@@ -67,6 +69,14 @@ class Registry:
         self._checks: list[Check] = []
 
     # -- filled by the subsystems ---------------------------------------------------------------------
+    def add_options(self, *rows: Option) -> None:
+        """A subsystem's option rows (its ``pytest_addoption``); a setting name, flag or ini key is one row's."""
+        taken = {o.dest for o in self.options} | {f for o in self.options for f in o.flags}
+        clash = sorted({o.dest for o in rows if o.dest in taken} | {f for o in rows for f in o.flags if f in taken})
+        if clash or len({o.dest for o in rows}) != len(rows):
+            raise RegistryError(f"option rows registered twice: {', '.join(clash) or 'within one subsystem'}")
+        self.options = (*self.options, *rows)
+
     def set_choices(self, dest: str, choices: Sequence[str]) -> None:
         """The accepted words of the ``choice`` row ``dest`` that its owner knows (``--engine``: the engines)."""
         rows = [o for o in self.options if o.dest == dest]

@@ -1,30 +1,25 @@
-"""The option table: every pytest-sskj setting, its command-line flags, ini key and env variable.
+"""Options: the row type (:class:`~pytest_sskj.options.row.Option`) and how rows become pytest flags and ini keys.
 
-One row per setting (:class:`~pytest_sskj.options.row.Option`), grouped by the subsystem that owns its meaning:
-:mod:`.launch` (engine, nodes, launcher, server processes), :mod:`.matrix` (parallel sizes, backends, chunks,
-shapes), :mod:`.verdicts` (gates and judgments), :mod:`.output` (GPUs, reports, history).  A new option is a row
-in its group's module (and a :class:`~pytest_sskj.settings.Settings` field); a value kind whose parser a
-subsystem owns is registered by that subsystem (:mod:`pytest_sskj.registry`).
-
-``pytest_addoption`` registers the flags (group ``sskj``) and the ini keys from this table;
-:mod:`pytest_sskj.settings` resolves each row CLI > ``SSKJ_*`` > ``sskj_*`` ini > profile > engine default >
-default.  Help strings are written once, in the rows.
+The rows themselves belong to the subsystems that own their meaning, as pytest plugins own theirs:
+``server/options.py`` (engine, nodes, launcher, profile, server processes, ssh), ``deploy/options.py`` (parallel
+sizes), ``acceptance/options.py`` (the matrix and the verdicts), ``gpu/options.py``, ``report/options.py`` (the run
+folder) and ``history/options.py`` (database, baseline, dry run).  Each adds its rows to the option registry
+(:mod:`pytest_sskj.registry`) in its ``register``; :func:`pytest_sskj.subsystems.build_registry` calls them in
+order and ``subsystems.OPTIONS`` is the whole table.  ``pytest_addoption`` registers the flags (group ``sskj``)
+and the ini keys of the registry's rows (:func:`register_options`); :mod:`pytest_sskj.settings` resolves each row
+CLI > ``SSKJ_*`` > ``sskj_*`` ini > profile > engine default > default.  A new option is a row in its owner's
+module and a :class:`~pytest_sskj.settings.Settings` field.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
-from pytest_sskj.options.launch import LAUNCH, SERVER
-from pytest_sskj.options.matrix import MATRIX, PARALLELISM
-from pytest_sskj.options.output import GPUS, HISTORY, OUTPUT
 from pytest_sskj.options.row import DAY_S, MAX_CONCURRENCY, MAX_TOKENS, Kind, Option
-from pytest_sskj.options.verdicts import VERDICTS
 
-__all__ = ["DAY_S", "MAX_CONCURRENCY", "MAX_TOKENS", "OPTIONS", "Kind", "Option", "check_raw_args", "register_options"]
-
-OPTIONS: tuple[Option, ...] = (*LAUNCH, *PARALLELISM, *MATRIX, *VERDICTS, *SERVER, *GPUS, *OUTPUT, *HISTORY)
-"""Every row, in resolution and ``--help`` order."""
+__all__ = ["DAY_S", "MAX_CONCURRENCY", "MAX_TOKENS", "Kind", "Option", "check_raw_args", "register_options"]
 
 
 _REPEATABLE = ("append", "env", "ssh_options")
@@ -37,13 +32,13 @@ def _help(opt: Option) -> str:
     return opt.help + (f" [{bounds}]" if bounds else "")
 
 
-def register_options(parser: pytest.Parser) -> None:
-    """Register every row of :data:`OPTIONS` as a flag of group ``sskj`` and as an ini key."""
+def register_options(parser: pytest.Parser, options: Sequence[Option]) -> None:
+    """Register every row of ``options`` (the registry's) as a flag of group ``sskj`` and as an ini key."""
     group = parser.getgroup(
         "sskj",
         "pytest-sskj: LLM serving acceptance (settings: CLI > SSKJ_* env > sskj_* ini > --profile > default)",
     )
-    for opt in OPTIONS:
+    for opt in options:
         text = (_help(opt) + f" [env {opt.env}, ini {opt.ini}]").replace("%", "%%")  # argparse %-formats help
         if opt.kind == "bool":
             group.addoption(*opt.flags, action="store_true", dest=f"sskj_{opt.dest}", default=None, help=text)

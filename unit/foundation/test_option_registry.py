@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sskj.options import OPTIONS
 from pytest_sskj.registry import Registry, RegistryError
-from pytest_sskj.subsystems import SUBSYSTEMS, build_registry
+from pytest_sskj.subsystems import OPTIONS, SUBSYSTEMS, build_registry
 
 
 def test_every_subsystem_fills_its_slots_once() -> None:

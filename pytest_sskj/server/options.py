@@ -1,15 +1,18 @@
-"""The rows of what is launched and how: the engine, the nodes, the launcher, the model and the server processes
-(ports, timeouts, arguments, environment, interpreters, ssh).  Their meaning is owned by ``server/`` and
-``engines/``; ``--engine``'s choices are the engine registry's names, which the engines set in the option
-registry (:func:`pytest_sskj.engines.register`).
+"""The option rows the server subsystem owns: what is launched and how (the engine, the nodes, the launcher,
+the model, the profile) and the server processes (ports, timeouts, arguments, environment, interpreters, ssh).
+``--engine``'s choices are the engine registry's names, which the engines set (:func:`pytest_sskj.engines.register`).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pytest_sskj.options.row import DAY_S, Option
 
-__all__ = ["LAUNCH", "SERVER"]
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
 
+__all__ = ["LAUNCH", "SERVER", "register"]
 
 LAUNCH: tuple[Option, ...] = (
     # --- what to launch -------------------------------------------------------------------------
@@ -185,3 +188,8 @@ SERVER: tuple[Option, ...] = (
     ),
 )
 """The server processes: ports, timeouts, arguments, environment, interpreters, ssh."""
+
+
+def register(registry: Registry) -> None:
+    """Add this subsystem's option rows to the option registry (as a pytest plugin's ``pytest_addoption``)."""
+    registry.add_options(*LAUNCH, *SERVER)

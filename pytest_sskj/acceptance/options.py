@@ -1,12 +1,155 @@
-"""The rows of the verdicts (``acceptance/``): SLO and agreement gates, margins, the sequential A/B, the power
-planner, the search and the recommendation.
+"""The option rows the acceptance suite owns: the test matrix (backends, chunks, concurrencies, requests,
+repeats, shapes, layouts, the request stream) and the verdicts (SLO and agreement gates, margins, the
+sequential A/B, the power planner, the search and the recommendation).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pytest_sskj.options.row import MAX_CONCURRENCY, MAX_TOKENS, Option
 
-__all__ = ["VERDICTS"]
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
+
+__all__ = ["MATRIX", "VERDICTS", "register"]
+
+MATRIX: tuple[Option, ...] = (
+    # --- the matrix -----------------------------------------------------------------------------
+    Option(
+        "backends",
+        ("--backend",),
+        "backend_list",
+        "Comma list of MoE/runner backends to compare, baseline first (sglang: marlin,flashinfer_mxfp4); "
+        "a backend named twice (marlin,marlin) is an A/A control: two independently launched identical servers",
+        metavar="LIST",
+    ),
+    Option(
+        "chunks",
+        ("--chunk",),
+        "size_list",
+        "Chunked-prefill sizes, e.g. 4K,8K,16K (4096,8192,16384)",
+        metavar="LIST",
+        lo=1,
+        hi=MAX_TOKENS,
+        unit="tokens",
+        bound_why="the longest context of any model",
+    ),
+    Option(
+        "concurrencies",
+        ("--concurrency",),
+        "int_list",
+        "Client concurrencies, e.g. 8,16",
+        metavar="LIST",
+        lo=1,
+        hi=MAX_CONCURRENCY,
+        unit="requests",
+        bound_why="one connection each; a box has ~64K ports",
+    ),
+    Option(
+        "requests",
+        ("--requests",),
+        "int",
+        "Requests per point (default 40)",
+        lo=1,
+        hi=1_000_000,
+        unit="requests",
+        bound_why="a point of more would run for days",
+    ),
+    Option(
+        "repeats",
+        ("--repeats",),
+        "int",
+        "Repeats per point (default 3)",
+        lo=1,
+        hi=1000,
+        bound_why="each repeat is a collected test per point",
+    ),
+    Option(
+        "warmup",
+        ("--sskj-warmup",),
+        "int0",
+        "Warmup requests before each point, not measured (default 1)",
+        default=1,
+        lo=0,
+        hi=10_000,
+        unit="requests",
+    ),
+    Option(
+        "isl",
+        ("--isl",),
+        "size_seq",
+        "Input tokens per request, e.g. 16K; a list makes shapes: 1K,16K",
+        lo=1,
+        hi=MAX_TOKENS,
+        unit="tokens",
+        bound_why="the longest context of any model",
+    ),
+    Option(
+        "osl",
+        ("--osl",),
+        "size_seq",
+        "Output tokens per request, e.g. 1; a list makes shapes: 128,1",
+        lo=1,
+        hi=MAX_TOKENS,
+        unit="tokens",
+        bound_why="the longest context of any model",
+    ),
+    Option(
+        "shape_mode",
+        ("--sskj-shape-mode",),
+        "choice",
+        "How --isl and --osl lists combine: grid (every ISL with every OSL, default) or pairs (1st with 1st, ...)",
+        default="grid",
+        choices_of=("grid", "pairs"),
+    ),
+    Option(
+        "grid_limit",
+        ("--sskj-grid-limit",),
+        "int",
+        "Keep only the first N shapes of the ISL x OSL grid (the users' GRID_LIMIT)",
+        lo=1,
+        hi=10_000,
+        unit="shapes",
+    ),
+    Option(
+        "layouts",
+        ("--layout",),
+        "layouts",
+        "Parallel layouts to compare, each its own server: tp2dp4,tp4dp2,tp8dp1 or layout names of the profile",
+        metavar="LIST",
+    ),
+    Option(
+        "endpoint",
+        ("--sskj-endpoint",),
+        "choice",
+        "Endpoint the client drives: generate (SGLang native), completions or chat",
+        choices_of=("generate", "completions", "chat"),
+    ),
+    Option(
+        "request_rate",
+        ("--sskj-request-rate",),
+        "float",
+        "Poisson request rate in req/s (default inf: all requests at once, bounded by concurrency)",
+        default=float("inf"),
+        lo=0,
+        lo_open=True,
+        hi=1e6,
+        allow_inf=True,
+        unit="req/s",
+        bound_why="a rate of 0 sends nothing",
+    ),
+    Option(
+        "seed",
+        ("--sskj-seed",),
+        "int0",
+        "Seed of the random prompt token ids (default 42)",
+        default=42,
+        lo=0,
+        hi=2**32 - 1,
+    ),
+)
+"""Backends, chunks, concurrencies, requests, repeats, shapes, layouts, endpoint, rate, seed."""
 
 VERDICTS: tuple[Option, ...] = (
     # --- verdicts -------------------------------------------------------------------------------
@@ -196,3 +339,8 @@ VERDICTS: tuple[Option, ...] = (
     ),
 )
 """What each verdict enforces and how it is judged."""
+
+
+def register(registry: Registry) -> None:
+    """Add this subsystem's option rows to the option registry (as a pytest plugin's ``pytest_addoption``)."""
+    registry.add_options(*MATRIX, *VERDICTS)

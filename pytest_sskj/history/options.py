@@ -1,48 +1,17 @@
-"""The rows of GPU leasing (``gpu/``), the run's output folder (``report/``) and the results history
-(``history/``).
+"""The option rows the history subsystem owns: the results database, the baseline, the regression margin and
+the dry run.
 """
 
 from __future__ import annotations
 
-from pytest_sskj.options.row import DAY_S, Option
+from typing import TYPE_CHECKING
 
-__all__ = ["GPUS", "HISTORY", "OUTPUT"]
+from pytest_sskj.options.row import Option
 
-GPUS: tuple[Option, ...] = (
-    # --- GPUs -----------------------------------------------------------------------------------
-    Option(
-        "require_gpu",
-        ("--sskj-require-gpu",),
-        "bool",
-        "Fail, instead of skip, tests whose GPU request cannot be met (release runs)",
-        default=False,
-    ),
-    Option(
-        "gpu_wait_s",
-        ("--sskj-gpu-wait",),
-        "float",
-        "Seconds a gpu-marked test waits for busy matching GPUs (leased by another worker or session, "
-        "foreign processes, too little free memory) before it is skipped (default 600)",
-        default=600.0,
-        lo=0,
-        hi=DAY_S,
-        unit="s",
-    ),
-)
-"""GPU requests of gpu-marked tests."""
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
 
-OUTPUT: tuple[Option, ...] = (
-    # --- output ---------------------------------------------------------------------------------
-    Option(
-        "reports_dir",
-        ("--reports-dir",),
-        "path",
-        "Root of generated output (default reports/)",
-        default="reports",
-    ),
-    Option("run_id", ("--run-id",), "run_id", "Run id, the folder under --reports-dir (default: time stamp)"),
-)
-"""The reports folder and the run id."""
+__all__ = ["HISTORY", "register"]
 
 HISTORY: tuple[Option, ...] = (
     # --- results history ------------------------------------------------------------------------
@@ -82,3 +51,8 @@ HISTORY: tuple[Option, ...] = (
     ),
 )
 """The results database, the baseline and the dry run."""
+
+
+def register(registry: Registry) -> None:
+    """Add this subsystem's option rows to the option registry (as a pytest plugin's ``pytest_addoption``)."""
+    registry.add_options(*HISTORY)
