@@ -40,3 +40,18 @@ def test_an_unknown_profile_lists_the_profiles_and_hints_the_closest(pytester: p
     assert "or a path to a .toml file" in err, err
     assert "did you mean --profile pro6000/kimi3-sglang-pd?" in err, err
     assert "a non-empty path" not in err, f"the path kind's generic line is not what --profile accepts: {err}"
+
+
+def test_a_flag_or_setting_registered_by_two_subsystems_is_refused() -> None:
+    reg = Registry(OPTIONS)
+    (tp,) = [o for o in OPTIONS if o.dest == "tp"]
+    with pytest.raises(RegistryError, match="--tp"):
+        reg.add_options(tp)
+
+
+def test_every_row_comes_from_a_subsystem_that_owns_it() -> None:
+    """``pytest_sskj/options/`` holds the row type only; the rows are the subsystems' (each once)."""
+    owners = [m for m in SUBSYSTEMS if m.__name__.endswith(".options")]
+    assert {m.__name__.split(".")[1] for m in owners} >= {"server", "deploy", "acceptance"}, owners
+    dests = [o.dest for o in OPTIONS]
+    assert len(dests) == len(set(dests)), "a setting registered twice"
