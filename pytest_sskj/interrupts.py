@@ -28,7 +28,9 @@ import contextlib
 import ctypes
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -66,13 +68,26 @@ def stop_thread(thread: threading.Thread, timeout_s: float = BENCH_STOP_S) -> bo
     """Raise :class:`KeyboardInterrupt` in ``thread`` (a bench thread running ``asyncio.run``: the loop then
     cancels every task, so the in-flight requests are closed before their server is stopped) and wait up to
     ``timeout_s`` for it to end; whether it ended.  The exception lands at the thread's next bytecode, so a
-    thread blocked in C (a ``select`` with nothing due) ends at its next wake-up; the wait is bounded either way."""
+    thread blocked in C (a ``select`` with nothing due) ends at its next wake-up (the bench's loop wakes every
+    few ms: its saturation monitor's ticker); the wait is bounded either way.
+
+    Whether the thread runs is asked of the interpreter (``sys._current_frames``), not ``thread.is_alive()``:
+    a Ctrl-C that interrupts ``thread.join()`` in the main thread marks the joined thread stopped while it
+    still runs (CPython 3.11, bpo-45274), which is exactly how an interrupted point gets here."""
     ident = thread.ident
-    if ident is None or not thread.is_alive():
-        return not thread.is_alive()
+    if ident is None or not _running(ident):
+        return True
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(KeyboardInterrupt))
-    thread.join(timeout_s)
-    return not thread.is_alive()
+    deadline = time.perf_counter() + timeout_s
+    while _running(ident):
+        if time.perf_counter() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def _running(ident: int) -> bool:
+    return ident in sys._current_frames()
 
 
 class _ShortTraceback:

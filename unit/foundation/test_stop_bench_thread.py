@@ -6,7 +6,12 @@ next wakes; the bench's loop wakes every few ms (its saturation monitor's ticker
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import threading
+from types import FrameType
+
+import pytest
 
 from pytest_sskj.interrupts import stop_thread
 
@@ -51,3 +56,43 @@ def test_stop_thread_on_a_finished_thread_is_a_no_op() -> None:
     thread.start()
     thread.join()
     assert stop_thread(thread, timeout_s=0.1)
+
+
+def test_stop_thread_stops_a_thread_that_an_interrupted_join_marked_stopped() -> None:
+    """Ctrl-C in ``thread.join()`` marks a running thread stopped (CPython 3.11, bpo-45274): the point runner
+    meets its bench thread so, and ``stop_thread`` must still stop it."""
+    started, ended = threading.Event(), threading.Event()
+
+    async def bench() -> None:
+        started.set()
+        for _ in range(120_000):
+            await asyncio.sleep(0.005)
+
+    def work() -> None:
+        try:
+            asyncio.run(bench())
+        except BaseException:
+            ended.set()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    assert started.wait(30)
+    previous = signal.signal(signal.SIGALRM, _interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with contextlib.suppress(_Interrupt):  # Ctrl-C while the main thread joins the bench thread
+            thread.join(30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    if thread.is_alive():
+        pytest.skip("this Python keeps an interrupted join's thread alive (bpo-45274 fixed): nothing to work around")
+    assert stop_thread(thread, timeout_s=30) and ended.is_set(), "the still-running bench thread was not stopped"
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise _Interrupt
