@@ -72,7 +72,7 @@ def check_settings(s: Settings) -> None:
             f"ISL + OSL <= {MAX_MODEL_TOKENS}",
             "sizes take a K suffix: --isl 16K",
         )
-    if s.launcher == "ssh" and s.launches:
+    if s.launcher == "ssh" and s.target_url is None:  # a dry run dials nothing but is checked like a real run
         _check_numeric_nodes(s)
     if not s.dry_run:  # last: nothing is created when an earlier check fails
         _create_reports_dir(s)

@@ -523,7 +523,11 @@ class PointRunner:
                         crash = ("crash", crashed(exc))
                         break
             except BaseException:
-                # pytest-timeout (signal method) or Ctrl-C while the server hangs: tear it down, mark it
+                # pytest-timeout (signal method) or Ctrl-C while the server hangs: cancel the in-flight requests
+                # first (no server left "cleaning up" with requests open), then tear it down, mark it
+                from pytest_sskj.interrupts import stop_thread
+
+                stop_thread(thread)
                 self._break(pool, spec, point, "hung")
                 raise
         if crash is not None:

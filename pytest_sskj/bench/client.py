@@ -34,7 +34,7 @@ from pytest_sskj.bench.transport import LeanTransport
 if TYPE_CHECKING:
     from pytest_sskj.engines.base import CacheReset
 
-__all__ = ["TOKEN_ALLOWANCE_S", "BenchClient", "BenchTimeouts", "ClientState"]
+__all__ = ["TOKEN_ALLOWANCE_S", "BenchClient", "BenchTimeouts", "ClientState", "ReadStats"]
 
 _HEADERS = {
     "Content-Type": "application/json",
@@ -88,6 +88,23 @@ class BenchTimeouts:
         return httpx.Timeout(connect=self.connect_s, write=self.write_s, read=self.read_s, pool=None)
 
 
+@dataclass
+class ReadStats:
+    """Counts of the token-carrying network reads of every stream of one client (what the client-bound check
+    reads, :meth:`pytest_sskj.bench.saturation.SaturationMonitor.start`).
+
+    A server sends one SSE event per token step, each in its own write; a client that keeps up reads them one
+    by one.  A read that carries several events with tokens (``multi_frame``) was drained late -- the event
+    loop got to the socket after several steps -- and all its tokens share one stamp: per-token times (TPOT,
+    ITL) are unreliable, E2E stays right."""
+
+    token_reads: int = 0
+    multi_frame: int = 0
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.token_reads, self.multi_frame
+
+
 class BenchClient:
     """One pooled streaming client for one benchmark run (``async with BenchClient(c) as client``)."""
 
@@ -109,6 +126,8 @@ class BenchClient:
         self._client: httpx.AsyncClient | None = None
         self._lean_client: httpx.AsyncClient | None = None
         self.state = ClientState.UNOPENED
+        self.reads = ReadStats()
+        """Token-carrying reads of every stream so far, and how many carried several events."""
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def open(self) -> BenchClient:
@@ -232,7 +251,7 @@ class BenchClient:
                 if resp.status_code != 200:
                     rec.set_error(f"HTTP {resp.status_code} from {endpoint.path}: {await _capped_body(resp)}")
                 else:
-                    t_done = await _read_stream(resp, endpoint, parser, rec)
+                    t_done = await _read_stream(resp, endpoint, parser, rec, self.reads)
         except httpx.HTTPError as exc:
             rec.set_error(f"{type(exc).__name__} on {endpoint.path}: {exc or 'no detail'}")
         except OSError as exc:
@@ -244,8 +263,11 @@ class BenchClient:
         return rec
 
 
-async def _read_stream(resp: httpx.Response, endpoint: Endpoint, parser: SSEParser, rec: RequestRecord) -> float | None:
-    """Read a 200 stream: every read's frames into ``rec``; returns when ``[DONE]`` arrived (``None``: never)."""
+async def _read_stream(
+    resp: httpx.Response, endpoint: Endpoint, parser: SSEParser, rec: RequestRecord, reads: ReadStats | None = None
+) -> float | None:
+    """Read a 200 stream: every read's frames into ``rec`` (and its count into ``reads``); returns when
+    ``[DONE]`` arrived (``None``: never)."""
     decoder = endpoint.decoder()
     times, toks = rec.chunk_times, rec.chunk_tokens
     t_done: float | None = None
@@ -268,6 +290,10 @@ async def _read_stream(resp: httpx.Response, endpoint: Endpoint, parser: SSEPars
                 rec.t_first = now
             times.append(now)
             toks.append(new)
+            if reads is not None:
+                reads.token_reads += 1
+                if new > 1 and len(datas) > 1:  # several token events in one read: drained late, one stamp
+                    reads.multi_frame += 1
     rest = parser.close()
     if rest:
         rec.set_error(f"stream ended inside a frame (truncated): {len(rest)} bytes left, {rest[:80]!r}")

@@ -286,7 +286,7 @@ async def arun_bench(
         # so a full collection during the measured phase only walks new objects: fewer long loop stalls.
         gc.collect()
         gc.freeze()
-        monitor.start()
+        monitor.start(reads=client.reads)
         try:
             records = await point.run_phase(measured, monitor=monitor, progress=progress)
         finally:
@@ -313,6 +313,7 @@ async def arun_bench(
             "event_loop_lag_p99_ms": evidence["loop_lag_p99_ms"],
             "dispatch_lag_p99_ms": evidence["dispatch_lag_p99_ms"],
             "client_cpu_share": evidence["client_cpu_share"],
+            "multi_frame_read_share": evidence["multi_frame_read_share"],
         }
     )
     result = BenchResult(

@@ -6,6 +6,10 @@ Three signals are measured while the measured phase runs:
   loop (parsing, GC, a starved core) delays every timestamp the client takes by up to that much;
 - dispatch lag: for every request, the delay between the moment it was allowed to go (arrival time
   reached and a concurrency slot free) and the moment it was sent;
+- multi-frame reads: the share of token-carrying network reads that carried several SSE token events
+  (:class:`~pytest_sskj.bench.client.ReadStats`): a loop that reaches a socket late drains several decode
+  steps at once under one stamp, so TPOT/ITL read too small (the issue's wire referee: 0-2.5 ms against 4-8 ms
+  on the wire) while E2E stays right;
 - client CPU: CPU seconds of the event-loop thread over wall seconds (1.0 = its core fully busy), judged
   only over phases of at least ``min_cpu_window_s`` (short phases are dominated by start-up).
 
@@ -30,9 +34,12 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pytest_sskj.bench.client import ReadStats
 
 __all__ = ["SaturationMonitor", "SaturationThresholds"]
 
@@ -55,6 +62,9 @@ class SaturationThresholds:
     a few ms sat over a 451 ms stall that shifted every timestamp of the requests then in flight)."""
     stall_share: float = 0.25
     """Share of the median E2E the longest stall may reach."""
+    multi_frame_share: float = 0.2
+    """Share of token-carrying reads that may carry several token events (one stamp for all): above it the
+    per-token times are the client's, not the server's."""
     busy_share: float = 0.5
     """Client CPU share above which a lagging client is *saturated* (its own work), below which it is
     *starved* (its core was taken by another process: on one box, usually the server)."""
@@ -83,10 +93,17 @@ class SaturationMonitor:
         self._cpu0 = 0.0
         self._wall = 0.0
         self._cpu = 0.0
+        self._reads: ReadStats | None = None
+        self._reads0 = (0, 0)
+        self.token_reads = 0
+        self.multi_frame_reads = 0
 
-    def start(self) -> None:
+    def start(self, reads: ReadStats | None = None) -> None:
+        """Start ticking; ``reads``: the client's read counts, whose growth during the phase is judged."""
         if self._task is not None:
             raise RuntimeError("SaturationMonitor already started; use one monitor per measured phase")
+        self._reads = reads
+        self._reads0 = reads.snapshot() if reads is not None else (0, 0)
         self._wall0 = time.perf_counter()
         self._cpu0 = time.thread_time()
         self._task = asyncio.get_running_loop().create_task(self._tick())
@@ -106,6 +123,9 @@ class SaturationMonitor:
     async def stop(self) -> None:
         self._wall = time.perf_counter() - self._wall0
         self._cpu = time.thread_time() - self._cpu0
+        if self._reads is not None:
+            total, multi = self._reads.snapshot()
+            self.token_reads, self.multi_frame_reads = total - self._reads0[0], multi - self._reads0[1]
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -137,6 +157,12 @@ class SaturationMonitor:
             reasons.append(f"dispatch lag p{q:g} {disp_q:.2f} ms > {disp_allow:.2f} ms allowed")
         if stall is not None and stall > stall_allow:
             reasons.append(f"longest event-loop stall {stall:.2f} ms > {stall_allow:.2f} ms allowed")
+        multi = self.multi_frame_reads / self.token_reads if self.token_reads else None
+        if multi is not None and multi > th.multi_frame_share:
+            reasons.append(
+                f"{multi:.0%} of token reads carried several SSE events under one stamp (> {th.multi_frame_share:.0%}"
+                "): TPOT/ITL unreliable"
+            )
         if cpu_share is not None and cpu_share > th.cpu_share:
             reasons.append(f"client CPU {cpu_share:.2f} of a core > {th.cpu_share}")
         kind, advice = _diagnosis(bool(reasons), cpu_share, th, concurrency)
@@ -150,6 +176,8 @@ class SaturationMonitor:
             "dispatch_lag_p99_ms": _p(self.dispatch_lags_ms, 99),
             "dispatch_lag_max_ms": max(self.dispatch_lags_ms) if self.dispatch_lags_ms else None,
             "client_cpu_share": cpu_share,
+            "token_reads": self.token_reads,
+            "multi_frame_read_share": multi,
             "allowed": {
                 "loop_lag_ms": loop_allow,
                 "dispatch_lag_ms": disp_allow,
@@ -161,6 +189,7 @@ class SaturationMonitor:
                 "dispatch_lag_ms": th.dispatch_lag_ms,
                 "cpu_share": th.cpu_share,
                 "latency_share": th.latency_share,
+                "multi_frame_share": th.multi_frame_share,
             },
             "reasons": reasons,
             "kind": kind,
@@ -183,7 +212,11 @@ def _diagnosis(
             "the client's own work is the limit: lower --concurrency or run the client on a faster machine",
         )
     if cpu_share is None:  # the phase was too short to measure the client's CPU share
-        where = "the server may share the client's cores" if concurrency is not None and concurrency <= 2 else ""
+        where = (
+            "the server may share the client's cores: --sskj-cpu-partition auto"
+            if concurrency is not None and concurrency <= 2
+            else ""
+        )
         return "lagging", (
             f"the client lagged ({where + '; ' if where else ''}its CPU share was not measured: the phase was "
             "too short); run the client on a less loaded machine, or the server on other cores"
@@ -191,9 +224,11 @@ def _diagnosis(
     if concurrency is not None and concurrency <= 2:
         return "starved", (
             f"the client was starved (its thread used {cpu_share:.2f} of a core while it lagged): the server "
-            "shares the client's cores; run the server on other cores or the client on another machine"
+            "shares the client's cores; use --sskj-cpu-partition auto (a local launch: server pinned away from "
+            "the client's core) or run the client on another machine"
         )
     return "starved", (
         f"the client was starved (its thread used {cpu_share:.2f} of a core while it lagged): another process "
-        "-- on one box usually the server -- shares the client's cores; run the client on a less loaded machine"
+        "-- on one box usually the server -- shares the client's cores; use --sskj-cpu-partition auto for a local "
+        "launch, or run the client on a less loaded machine"
     )

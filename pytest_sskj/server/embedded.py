@@ -386,8 +386,27 @@ def _serve(a: argparse.Namespace) -> int:
     received = signal.sigwait(stop_signals)
     sys.stdout.write(f"sskj-embedded: stopping on {signal.Signals(received).name}\n")
     sys.stdout.flush()
+    _exit_if_cleanup_hangs(STOP_CLEANUP_S)
     del server
     return 0
+
+
+STOP_CLEANUP_S = 2.0
+"""How long the server's own cleanup may take after a stop signal: llama.cpp's HTTP server waits for open
+requests while "cleaning up" (issue 27: 15 s, the pool's whole grace); past this the process exits anyway."""
+
+
+def _exit_if_cleanup_hangs(limit_s: float) -> None:
+    import threading
+
+    def hard_exit() -> None:
+        sys.stdout.write(f"sskj-embedded: cleanup did not finish within {limit_s:g} s (requests open?); exiting\n")
+        sys.stdout.flush()
+        os._exit(0)
+
+    timer = threading.Timer(limit_s, hard_exit)
+    timer.daemon = True
+    timer.start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

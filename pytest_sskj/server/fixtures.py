@@ -166,7 +166,12 @@ def _record_engine_facts(config: pytest.Config, pool: ServerPool, server: Runnin
 
 
 def _install_sigterm(config: pytest.Config, pool: ServerPool) -> None:
-    if threading.current_thread() is not threading.main_thread():
+    """A session without the run's handlers (a self-test session that records no run): SIGTERM closes the pool,
+    then dies of SIGTERM.  With them (:func:`pytest_sskj.interrupts.install`) SIGTERM unwinds like Ctrl-C, and
+    closing the pool here, inside the signal, would stop the servers before the bench cancels its requests."""
+    from pytest_sskj.interrupts import installed
+
+    if threading.current_thread() is not threading.main_thread() or installed(config):
         return
     previous = signal.getsignal(signal.SIGTERM)
 

@@ -274,9 +274,12 @@ class ServerPool:
             return self.close_report
         self.closed = True
         t0 = time.perf_counter()
+        # every server's every rank at once (an interrupted run with a PD deployment or several pools waits for
+        # the slowest stop, not their sum), anything left from a failed start included; then each spec's release
+        # and final log scan (its handles are gone by then: no second stop)
+        self._terminate(self.launched)
         for spec in list(self.running):
             self.stop(spec)
-        self._terminate(self.launched)  # anything left from a failed start
         leftover = {_rank_key(h.node, h.rank): pids for h in self.launched if (pids := h.pids())}
         if self._launcher is not None:
             self._launcher.close()

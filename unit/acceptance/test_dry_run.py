@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sskj.testing.ssh_config import numbered_ssh_config
+
 ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
 USERS_COMMAND = (
     "--engine",
@@ -30,10 +32,17 @@ USERS_COMMAND = (
 )
 
 
+def _cluster(pytester: pytest.Pytester) -> tuple[str, str]:
+    """The users' nodes 601-604 are ssh_config Host entries, as on their cluster: a dry run refuses bare
+    numbers that no ssh configuration maps, as a real run does."""
+    return ("--sskj-ssh-config", str(numbered_ssh_config(pytester.path)))
+
+
 def test_users_command_lists_36_points_6_comparisons_and_per_node_commands(pytester: pytest.Pytester) -> None:
     res = pytester.runpytest_inprocess(
         str(ACCEPTANCE),
         *USERS_COMMAND,
+        *_cluster(pytester),
         "-p",
         "no:cacheprovider",
         "--reports-dir",
@@ -68,7 +77,15 @@ def test_users_command_lists_36_points_6_comparisons_and_per_node_commands(pytes
 def test_dry_run_prints_the_sequential_design_the_power_plan_and_unsupported_percentiles(
     pytester: pytest.Pytester,
 ) -> None:
-    common = ("-p", "no:cacheprovider", "--reports-dir", str(pytester.path / "reports"), "--requests", "40")
+    common = (
+        *_cluster(pytester),
+        "-p",
+        "no:cacheprovider",
+        "--reports-dir",
+        str(pytester.path / "reports"),
+        "--requests",
+        "40",
+    )
     res = pytester.runpytest_inprocess(
         str(ACCEPTANCE), *USERS_COMMAND, *common, "--sskj-max-repeats", "10", "--sskj-slo", "p99_ttft_ms<3000"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,8 +55,11 @@ def test_a_signal_mid_run_leaves_an_interrupted_manifest_and_the_finished_points
             assert proc.poll() is None, "the run ended before it could be interrupted"
             time.sleep(0.1)
         assert second.is_file(), "the second point never started"
+        t0 = time.perf_counter()
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=120)
+        # issue 27 asks for <= 5 s: measured and reported, not asserted (a loaded box is not a benchmark)
+        print(f"{sig.name}: the run ended {time.perf_counter() - t0:.2f} s after the signal")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -76,6 +80,36 @@ def test_a_signal_mid_run_leaves_an_interrupted_manifest_and_the_finished_points
     assert "interrupted" in summary and "parallel" in summary, summary[:2000]
     assert "every PID on every node is gone" in out, out[-3000:]
     assert proc.returncode == 2, proc.returncode
+    servers = [
+        int(m) for f in (run / "logs").rglob("*.log") for m in re.findall(r"listening on .* pid (\d+)\)", f.read_text())
+    ]
+    assert servers, "the embedded server logs its pid"
+    left = [pid for pid in servers if _alive(pid)]
+    assert not left, f"server process(es) {left} outlived the interrupted run"
+    assert not _session_members(proc.pid), f"processes of the run's session left: {_session_members(proc.pid)}"
+    requests = second.read_text().splitlines()
+    assert requests, "the interrupted point's requests are on disk"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.is_file() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+
+def _session_members(sid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # field 6 (session) after the state and ppid, pgrp
+            out.append(int(stat.parent.name))
+    return out
 
 
 def test_a_launcher_failure_is_one_launch_failure_per_spec_and_the_rest_not_run(tmp_path: Path) -> None:

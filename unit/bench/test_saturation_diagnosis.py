@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
+from pytest_sskj.bench.runner import run_bench
 from pytest_sskj.bench.saturation import SaturationMonitor
 from pytest_sskj.bench.transport import _literal_address
+from pytest_sskj.bench.workload import Workload
+from pytest_sskj.testing.mock_server import MockConfig, MockServer
 
 
 def _monitor(lags: list[float], cpu_s: float, wall_s: float = 2.0) -> SaturationMonitor:
@@ -71,3 +75,27 @@ def test_dialling_a_literal_ip_never_calls_getaddrinfo() -> None:
         await server.wait_closed()
 
     asyncio.run(main())
+
+
+def test_reads_that_carry_several_token_events_make_tpot_unreliable() -> None:
+    m = _monitor([1.0] * 200, cpu_s=0.1)
+    m.token_reads, m.multi_frame_reads = 100, 40
+    bound, ev = m.verdict(ttft_p50_ms=20.0, e2e_p50_ms=60.0, concurrency=2)
+    assert bound and ev["multi_frame_read_share"] == 0.4, ev
+    assert any("40% of token reads carried several SSE events" in r and "TPOT" in r for r in ev["reasons"]), ev
+    assert ev["kind"] == "starved" and "--sskj-cpu-partition" in ev["advice"], ev
+    m.multi_frame_reads = 5
+    assert not m.verdict(ttft_p50_ms=20.0, e2e_p50_ms=60.0, concurrency=2)[0], "5 % of reads: within the allowance"
+
+
+def test_the_client_counts_reads_that_drained_several_token_events(tmp_path: Path) -> None:
+    """A server whose frames follow each other at once (itl 0: the bytes of several steps wait in the socket
+    together, as for a late loop) gives multi-frame reads; one frame every 30 ms gives one frame per read."""
+    w = Workload(isl=16, osl=8, requests=4, concurrency=1, warmup=0)
+    with MockServer(MockConfig(ttft_ms=2, itl_ms=0)) as srv:
+        burst = run_bench(srv.url, w, tmp_path / "burst")
+    with MockServer(MockConfig(ttft_ms=2, itl_ms=30)) as srv:
+        paced = run_bench(srv.url, w, tmp_path / "paced")
+    assert burst.metrics["multi_frame_read_share"] > 0.2, burst.metrics
+    assert burst.metrics["client_bound"] and "TPOT/ITL unreliable" in burst.metrics["client_bound_reasons"]
+    assert paced.metrics["multi_frame_read_share"] < 0.2, paced.metrics

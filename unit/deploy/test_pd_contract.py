@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sskj.testing.ssh_config import numbered_ssh_config
+
 ROOT = Path(__file__).resolve().parents[2]
 ACCEPTANCE = ROOT / "acceptance"
 
@@ -42,6 +44,7 @@ def _dry_run_lines(pytester: pytest.Pytester) -> list[str]:
     res = pytester.runpytest_inprocess(
         str(ACCEPTANCE), "--profile", "pro6000/kimi3-sglang-pd", "--sskj-dry-run", "-p", "no:cacheprovider",
         "--reports-dir", str(pytester.path / "reports"),
+        "--sskj-ssh-config", str(numbered_ssh_config(pytester.path)),  # nodes 601-608 as the users' Host entries
     )  # fmt: skip
     assert res.ret == 0, res.stdout.str()[-3000:]
     return [ln.strip() for ln in res.stdout.lines]

@@ -10,6 +10,7 @@ from pytest_sskj.__main__ import main
 from pytest_sskj.profile import list_profiles, load_profile, profile_keys
 from pytest_sskj.stash import SETTINGS_KEY
 from pytest_sskj.subsystems import OPTIONS
+from pytest_sskj.testing.ssh_config import numbered_ssh_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCEPTANCE = ROOT / "acceptance"
@@ -96,9 +97,14 @@ def test_missing_layer_file_lists_known_layers(pytester: pytest.Pytester) -> Non
 def test_every_shipped_profile_resolves_and_dry_runs(pytester: pytest.Pytester) -> None:
     shipped = list_profiles([ROOT])
     assert len(shipped) >= 10, f"expected the seeds' profiles to ship, found {[n for n, _ in shipped]}"
+    # the profiles' numbered nodes (601-608) are ssh_config Host entries, as on the users' cluster: a dry run
+    # refuses bare numbers no ssh configuration maps, as a real run does
+    cfg = str(numbered_ssh_config(pytester.path))
     for name, _ in shipped:  # in-process: a dry run launches nothing, a subprocess would only add start-up
         res = pytester.runpytest_inprocess(
             str(ACCEPTANCE),
+            "--sskj-ssh-config",
+            cfg,
             "--profile",
             name,
             "--sskj-dry-run",

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_sskj.profile import list_profiles
 from pytest_sskj.report.release import load_config, mark
+from pytest_sskj.testing.ssh_config import numbered_ssh_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCEPTANCE = ROOT / "acceptance"
@@ -37,8 +38,11 @@ KIMI_ONLY = ("pro6000/kimi3-sglang-prefill", "kimi3-pro6000-sglang")
 
 
 def _dry(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """A dry run of ``args`` on a cluster whose numbered nodes (601-608, 701-708) are ssh_config Host entries
+    (bare numbers no ssh configuration maps are refused by a dry run as by a real run)."""
     return pytester.runpytest_inprocess(
         str(ACCEPTANCE), "--sskj-dry-run", "-p", "no:cacheprovider",
+        "--sskj-ssh-config", str(numbered_ssh_config(pytester.path)),
         "--reports-dir", str(pytester.path / "reports"), *args,
     )  # fmt: skip
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sskj.testing.ssh_config import numbered_ssh_config
 from pytest_sskj.validate import unmapped_numeric_nodes
 
 ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
@@ -21,6 +22,25 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
         {},
         "*node name(s) 601, 602 are bare numbers that no ssh configuration*0.0.2.89*",
     ),
+    # issue 28: the dry run and --collect-only apply the real run's check of bare node numbers (launcher derived)
+    (
+        [
+            "--engine",
+            "sglang",
+            "--nodes",
+            "601-604",
+            "--tp",
+            "32",
+            "--sskj-dry-run",
+            "--sskj-ssh-config",
+            EMPTY_SSH_CONFIG,
+        ],
+        {},
+        "*node name(s) 601, 602, 603, 604 are bare numbers*would dial 601 as the IPv4 address 0.0.2.89\n"
+        "*accepted: host names, or numbers mapped by --sskj-node-template or an ssh_config 'Host' entry\n"
+        "*Hint: --sskj-node-template 'gpu{}'*",
+    ),
+    (["--nodes", "602", "--collect-only", "--sskj-ssh-config", EMPTY_SSH_CONFIG], {}, "*node name(s) 602 are bare*"),
     (["--isl", "999999999999999"], {}, "*--isl on the command line: 999999999999999 is above 10485760 tokens*"),
     (["--isl", "4K", "--osl", "16"], {}, "*--isl 4096 + --osl 16 tokens do not fit the embedded engine's*"),
     (["--engine", "sglang", "--isl", "10M"], {}, "*exceeds the context of every model*"),
@@ -112,7 +132,8 @@ def test_the_acceptance_suite_without_the_plugin_says_it_needs_the_plugin(pytest
 def test_the_inventory_spelling_that_survives_pytest_expands_the_file(pytester: pytest.Pytester) -> None:
     (pytester.path / "inv.toml").write_text('nodes = ["601", {host = "gpu602"}]\n')
     pytester.makepyfile("def test_nodes(sskj_settings): assert sskj_settings.nodes == ('601', 'gpu602')")
-    res = pytester.runpytest("--nodes", "inventory:inv.toml", "--sskj-dry-run")
+    cfg = numbered_ssh_config(pytester.path, ["601"])  # a bare 601 must be an ssh_config Host, dry run or not
+    res = pytester.runpytest("--nodes", "inventory:inv.toml", "--sskj-dry-run", "--sskj-ssh-config", str(cfg))
     assert res.ret == pytest.ExitCode.OK, res.stderr.str()
     res.stdout.fnmatch_lines(["*nodes: 601,gpu602*"])
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pytest_sskj.subsystems import OPTIONS
+from pytest_sskj.testing.ssh_config import numbered_ssh_config
 
 
 def test_help_shows_the_sskj_group_with_every_option(pytester: pytest.Pytester) -> None:
@@ -128,6 +129,8 @@ def test_dry_run_prints_matrix_and_every_node_command_and_launches_nothing(pytes
         "sglang",
         "--nodes",
         "601-604",
+        "--sskj-ssh-config",  # 601-604 as ssh_config Host entries: unmapped bare numbers are refused, dry run or not
+        str(numbered_ssh_config(pytester.path)),
         "--tp",
         "32",
         "--ep",

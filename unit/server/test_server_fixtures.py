@@ -118,7 +118,9 @@ def test_killed(inference_server):
     result = _run(pytester)
     # SIGTERM unwinds the session like Ctrl-C (issue 13: an interrupted run, manifest completed, exit status 2)
     assert result.ret == pytest.ExitCode.INTERRUPTED, f"pytest should end as interrupted, got {result.ret}"
-    assert "sskj: SIGTERM: server pool closed" in result.stderr.str(), result.stderr.str()
+    # the pool is closed by the unwinding session (after the bench cancelled its requests), not inside the signal
+    # handler: the ordinary close line, every process gone
+    result.stdout.fnmatch_lines(["*sskj: server pool closed in *, every PID on every node is gone*"])
     pids = _all_pids(_records(env_out))
     assert pids and not [p for p in pids if _alive(p)], f"processes left after SIGTERM: {pids}"
 
