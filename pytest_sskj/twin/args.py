@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,8 @@ def resolve_real(python: str, argv: list[str], tmp: Path) -> tuple[dict[str, Any
         return None, f"the sglang parser failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}"
     out = json.loads(proc.stdout)
     if out.get("error"):
+        sys.stderr.write(f"sglang refused the arguments: {out['error']}\n")
+        sys.stderr.flush()
         raise SystemExit(2)
     resolved: dict[str, Any] = out["resolved"]
     resolved.pop("api_key", None)
