@@ -480,23 +480,27 @@ _PHASED = {
         "from pathlib import Path\n"
         "HERE = Path(__file__).resolve().parent\n"
         "def pytest_collection_modifyitems(config, items):\n"
-        "    if any(Path(str(a).split('::')[0]).resolve() in (HERE, *HERE.parents[:0]) or\n"
-        "           HERE in Path(str(a).split('::')[0]).resolve().parents for a in config.args):\n"
+        "    named = [Path(str(a).split('::')[0]).resolve() for a in config.args]\n"
+        "    if any(p == HERE or HERE in p.parents for p in named):\n"
         "        return\n"
-        "    e2e = [i for i in items if i.path.name == 'test_e2e.py']\n"
+        "    e2e = [i for i in items if i.path.name == 'test_phased_e2e.py']\n"
         "    config.hook.pytest_deselected(items=e2e)\n"
         "    items[:] = [i for i in items if i not in e2e]\n"
     ),
-    "unit/test_a.py": "import pytest\ndef test_fast():\n    pass\n@pytest.mark.slow\ndef test_slow():\n    pass\n",
-    "unit/twin/test_model.py": "def test_model():\n    pass\n",
-    "unit/twin/test_e2e.py": "import pytest\npytestmark = pytest.mark.slow\ndef test_job():\n    pass\n",
+    "unit/test_phased_a.py": (
+        "import pytest\ndef test_fast():\n    pass\n@pytest.mark.slow\ndef test_slow():\n    pass\n"
+    ),
+    "unit/twin/test_phased_model.py": "def test_model():\n    pass\n",
+    "unit/twin/test_phased_e2e.py": "import pytest\npytestmark = pytest.mark.slow\ndef test_job():\n    pass\n",
 }
 
 
 def _phased(pytester: pytest.Pytester, fail_e2e: bool = False) -> tuple[Path, ReleaseConfig]:
     files = dict(_PHASED)
     if fail_e2e:
-        files["unit/twin/test_e2e.py"] = "import pytest\npytestmark = pytest.mark.slow\ndef test_job():\n    assert 0\n"
+        files["unit/twin/test_phased_e2e.py"] = (
+            "import pytest\npytestmark = pytest.mark.slow\ndef test_job():\n    assert 0\n"
+        )
     pytester.makepyfile(**files)
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
     pytester.makefile(".toml", release='[release]\nrequired_suites = ["unit"]\n')
@@ -518,10 +522,10 @@ def test_ci_phases_that_together_ran_the_whole_collection_are_released_whatever_
     sel = json.loads((rep / "inner" / "outcomes.json").read_text())["selection"]
     assert sel["collection"]["unit"] == sorted(
         [
-            "unit/test_a.py::test_fast",
-            "unit/test_a.py::test_slow",
-            "unit/twin/test_e2e.py::test_job",
-            "unit/twin/test_model.py::test_model",
+            "unit/test_phased_a.py::test_fast",
+            "unit/test_phased_a.py::test_slow",
+            "unit/twin/test_phased_e2e.py::test_job",
+            "unit/twin/test_phased_model.py::test_model",
         ]
     ), "a run records every test it found, deselected ones included"
     assert latest_runs(rep, cfg) == ["slow", "inner", "twin"], "whole-suite runs first, then the twin phase"
@@ -531,7 +535,7 @@ def test_ci_phases_that_together_ran_the_whole_collection_are_released_whatever_
         mark(["inner", "slow"], "two", reports_dir=rep, config=cfg)
     assert two.value.reasons[0] == (
         "required suite 'unit' did not run in full: 1 of its 4 test(s) ran in none of the runs (inner, slow), "
-        "e.g. unit/twin/test_e2e.py::test_job"
+        "e.g. unit/twin/test_phased_e2e.py::test_job"
     ), two.value.reasons
     with pytest.raises(ReleaseRefused) as sub:
         mark(["twin"], "sub", reports_dir=rep, config=cfg)
@@ -550,10 +554,10 @@ def test_a_test_that_failed_in_any_phase_refuses_and_path_runs_alone_never_cover
     pytester.runpytest("unit/twin", "--run-slow", "--run-id", "twin", *opts).assert_outcomes(passed=1, failed=1)
     with pytest.raises(ReleaseRefused) as exc:
         mark(None, "ci", reports_dir=rep, config=cfg)
-    assert exc.value.reasons == ["required test unit/twin/test_e2e.py::test_job failed (in call): assert 0"], (
+    assert exc.value.reasons == ["required test unit/twin/test_phased_e2e.py::test_job failed (in call): assert 0"], (
         exc.value.reasons
     )
-    pytester.runpytest("unit/test_a.py", "--run-slow", "--run-id", "a", *opts).assert_outcomes(passed=2)
+    pytester.runpytest("unit/test_phased_a.py", "--run-slow", "--run-id", "a", *opts).assert_outcomes(passed=2)
     with pytest.raises(ReleaseRefused) as paths:
         mark(["a", "twin"], "paths", reports_dir=rep, config=cfg)
     assert paths.value.reasons[0].startswith(

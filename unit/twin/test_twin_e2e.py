@@ -372,9 +372,18 @@ def test_a_pd_rank_that_logs_a_traceback_and_oom_fails_the_pd_jobs_log_verdict_n
     assert rc == 1, f"a fatal OOM in a decode rank's log must fail the PD job, exit {rc}:\n{out[-5000:]}"
     (log,) = sorted((run / "logs" / "605").glob("*rank0.log"))
     assert OOM in log.read_text(), f"the OOM line is in the decode rank's log copy {log}"
-    m = re.search(r"fatal log finding during \S+: fatal oom on 605 rank 0 \((\S+):(\d+)\): (.+)", out)
-    assert m, f"the verdict names the OOM on node 605 and its file:\n{out[-5000:]}"
-    assert Path(m.group(1)).resolve() == log.resolve() and OOM in m.group(3), m.group(0)
+    # the point's verdict: "[crash] ... deployment group decode ...: fatal log signature on 605 rank 0 (traceback)"
+    # with the excerpt's file and line, or "[oom] fatal log finding during ...: fatal oom on 605 rank 0 (FILE:N)"
+    m = re.search(r"AssertionError: \[(crash|oom|traceback)\] server pd crashed during|\[oom\] fatal log finding", out)
+    assert m, f"the serving verdict fails on the log:\n{out[-5000:]}"
+    named = re.search(
+        r"fatal log (?:signature|finding)[^\n]*? on 605 rank 0 \((traceback|oom)\)|fatal (?:oom|traceback) on 605", out
+    )
+    assert named, f"the verdict names node 605 rank 0 and the signature:\n{out[-5000:]}"
+    files = {Path(f).resolve() for f in re.findall(r"\((/\S+?\.log):\d+\)", out)}
+    assert log.resolve() in files, f"the verdict names the log copy {log}: saw {files}"
+    rows, _, _ = _read(run)
+    assert [r["status"] for r in rows] == ["failed"], rows
     assert _foreign_pids() == {}, "routers and ranks are gone"
 
 
