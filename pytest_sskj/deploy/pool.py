@@ -23,10 +23,10 @@ from pytest_sskj.deploy.deployment import group_spec, launch_order, router_comma
 from pytest_sskj.deploy.topology import Group, Topology
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerLaunchError
 from pytest_sskj.nodes import node_url
+from pytest_sskj.redact import redact_text
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.pool import CloseReport, RunningServer, ServerPool, free_port
-from pytest_sskj.redact import redact_text
 from pytest_sskj.server.process import describe_exit, tail_lines
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.settings import Settings
