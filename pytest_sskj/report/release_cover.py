@@ -197,7 +197,8 @@ def _covering(mine: Sequence[tuple[str, dict[str, Any]]], suite: str) -> list[st
         return None
     full = set((whole[0][1]["selection"].get("collection") or {}).get(suite) or ())
     full -= _not_applicable([d.get("selection") or {} for _, d in mine], suite)
-    below = [(rid, d) for rid, d in mine if (rid, d) not in whole]
+    whole_ids = {rid for rid, _ in whole}
+    below = [(rid, d) for rid, d in mine if rid not in whole_ids]
     picked: list[str] = []
     covered: set[str] = set()
     for rid, data in [*whole, *below]:
