@@ -16,5 +16,5 @@ echo "$dev_site" > "$site/zz_sskj_dev_venv.pth"   # after the venv's own package
 mapfile -t reqs < <(python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["sglang-contract"]))')
 "$dest/bin/python" -m pip install -q --disable-pip-version-check --no-deps "${reqs[@]}"
 # smoke: the harness imports sglang, its parser and choices (no command resolved)
-echo '{"commands": []}' | "$dest/bin/python" unit/contracts/sglang_resolve.py | python -c \
+echo '{"commands": []}' | "$dest/bin/python" pytest_sskj/twin/sglang_resolve.py | python -c \
   'import json, sys; d = json.load(sys.stdin); print("sglang", d["version"], "in", sys.argv[1], "-", len(d["options"]), "options")' "$dest"

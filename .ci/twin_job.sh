@@ -2,7 +2,9 @@
 # CI phase: the users' own jobs end to end on the stand-in SGLang cluster (docs/twin.md, unit/twin/test_twin_e2e.py):
 # seed 000's 36-point MoE-backend A/B with its conclusions, the same job served a candidate-worse model (fails with
 # `worse`) and an equal-backends model (never `better`), seed 004's PD run over the real sglang-router (rank 0 of
-# each group resolved by the real sglang parser), and the DSV4 layout matrix's recommendation per shape.
+# each group resolved by the real sglang parser; every rank's log copy holds the rank's own output), a decode rank
+# that logs a Traceback/CUDA OOM failing the PD job naming node and file, one rank's log copy over the SSH launcher,
+# and the DSV4 layout matrix's recommendation per shape.
 # Needs root (network-namespace sshd hosts), SSKJ_ROUTER_PYTHON and SSKJ_SGLANG_PYTHON (.ci/run exports both);
 # SSKJ_REQUIRE_TWIN=1 makes every missing prerequisite a failure, never a skip.  Measured: see docs/twin.md.
 set -uo pipefail

@@ -46,18 +46,22 @@ def _parser() -> argparse.ArgumentParser:
     mark = rsub.add_parser(
         "mark",
         help="write reports/releases/<tag>.json if every required suite passed",
-        description="Mark a release when every suite release.toml requires ran in full and passed. Without "
-        "--run it judges the latest runs: the newest `pytest acceptance/`, and the newest `pytest unit/` together "
-        "with the newest `pytest unit/ --run-slow -m slow` (the README's test commands). On a CPU box use "
-        "--scope cpu (hardware-absent skips are accepted and listed in the mark). A refusal lists its reasons "
-        "ranked, at most 6 lines; --verbose or --json gives every one.",
+        description="Mark a release when every suite release.toml requires ran in full and passed. Several runs "
+        "of a suite cover it together when every test of its collection (each run records what it found, deselected "
+        "tests included) ran in at least one of them and none failed in any: how the suite was split (-m, -k, a "
+        "path below it) does not matter, as long as one of the runs collected the whole suite. Without --run it "
+        "judges the newest runs that cover each required suite: the newest `pytest acceptance/`; for unit/ the "
+        "newest whole-suite runs (`pytest unit/`, `pytest unit/ --run-slow -m slow`), then, for what they left out, "
+        "the newest runs of a path below it (`pytest unit/twin/ --run-slow`); -k and --lf runs only with --run. On "
+        "a CPU box use --scope cpu (hardware-absent skips are accepted and listed in the mark). A refusal lists its "
+        "reasons ranked, at most 6 lines; --verbose or --json gives every one.",
     )
     mark.add_argument(
         "--run",
         action="append",
         default=None,
         help="run id (the folder under --reports-dir); repeat it to judge several sessions together "
-        "(default: the latest run of each required suite, the unit suite's inner loop and slow phase together)",
+        "(default: the newest runs that cover each required suite's collection between them)",
     )
     mark.add_argument("--tag", required=True, help="release name, e.g. v0.3.0 or kimi3-sm120-2026-11-29")
     mark.add_argument("--config", type=Path, default=None, help="release.toml (default: nearest one from cwd)")

@@ -23,10 +23,11 @@ from pytest_sskj.deploy.deployment import group_spec, launch_order, router_comma
 from pytest_sskj.deploy.topology import Group, Topology
 from pytest_sskj.errors import HealthTimeout, ServerConfigMismatch, ServerCrashed, ServerLaunchError
 from pytest_sskj.nodes import node_url
+from pytest_sskj.redact import redact_text
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.pool import CloseReport, RunningServer, ServerPool, free_port
-from pytest_sskj.server.process import describe_exit
+from pytest_sskj.server.process import describe_exit, tail_lines
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.settings import Settings
 
@@ -109,6 +110,14 @@ class RunningDeployment:
             out += s.findings_since((mark or {}).get(g))
         if self.router_oracle is not None:
             out += self.router_oracle.findings_since((mark or {}).get("router"))
+        return out
+
+    def log_tail(self, n: int = 30) -> dict[str, list[str]]:
+        """The last ``n`` lines of every group rank's log (``group:node/rank``) and the router's, redacted."""
+        out = {f"{g}:{k}": lines for g, s in self.groups.items() for k, lines in s.log_tail(n).items()}
+        if self.router is not None:
+            secrets = self.router_oracle.secrets if self.router_oracle else ()
+            out["router"] = [redact_text(line, secrets) for line in tail_lines(self.router.log_path, n)]
         return out
 
     def check_alive(self) -> None:

@@ -83,6 +83,17 @@ def regenerate(
     }
 
 
+def _collection_by_suite(items: list[pytest.Item], deselected: set[str]) -> dict[str, list[str]]:
+    """Per suite, the node ids the run found: its collected items plus every deselected one (a release judges
+    several runs of a suite together against the union of what they ran: report/release_cover.py)."""
+    from pytest_sskj.report.outcomes import suite_of
+
+    out: dict[str, set[str]] = {}
+    for nodeid in (*(it.nodeid for it in items), *deselected):
+        out.setdefault(suite_of(nodeid), set()).add(nodeid)
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def _collected_by_suite(items: list[pytest.Item]) -> dict[str, int]:
     from pytest_sskj.report.outcomes import suite_of
 
@@ -106,6 +117,7 @@ class Reporter:
         self.outcomes = OutcomeRecorder(settings.run_dir, settings.run_id, frozenset(markers), self.secrets)
         self.finished = False
         """Whether the end-of-session reports were written (at the terminal summary, or at session finish)."""
+        self._deselected_ids: set[str] = set()
 
     @property
     def alluredir(self) -> Path | None:
@@ -215,6 +227,7 @@ class Reporter:
         not_applicable = self.config.stash.get(NOT_APPLICABLE_KEY, {})
         counts = self.outcomes.selection.setdefault("deselected", {})
         listed = self.outcomes.selection.setdefault("not_applicable", {})
+        self._deselected_ids.update(it.nodeid for it in items)
         for it in items:
             if it.nodeid in not_applicable:  # the plugin's own "does not apply" deselection, listed instead
                 listed[it.nodeid] = not_applicable[it.nodeid]
@@ -230,7 +243,10 @@ class Reporter:
         if not self.enabled:
             return
         self._record_invocation()
-        self.outcomes.selection.update(collected=_collected_by_suite(session.items))
+        self.outcomes.selection.update(
+            collected=_collected_by_suite(session.items),
+            collection=_collection_by_suite(session.items, self._deselected_ids),
+        )
         self.outcomes.selection.setdefault("deselected", {})
         self.outcomes.selection.setdefault("not_applicable", {})
 
@@ -264,6 +280,7 @@ class Reporter:
         sel = self.outcomes.selection
         out["sskj_selection"] = {
             "collected": _collected_by_suite(session.items),
+            "collection": _collection_by_suite(session.items, self._deselected_ids),
             "deselected": dict(sel.get("deselected") or {}),
             "not_applicable": dict(sel.get("not_applicable") or {}),
         }
@@ -278,6 +295,8 @@ class Reporter:
             return
         sel["worker_collection"] = True
         sel["collected"] = dict(got.get("collected") or {})
+        if got.get("collection") is not None:
+            sel["collection"] = dict(got["collection"])
         sel["deselected"] = dict(got.get("deselected") or {})
         sel.setdefault("not_applicable", {}).update(got.get("not_applicable") or {})
 

@@ -10,12 +10,12 @@ the run finished and every required suite ran *in full* with every test passed: 
 xfail or xpass, and no skip but those the release *scope* accepts.  Otherwise nothing is written and
 :class:`ReleaseRefused` lists every reason (``--json`` prints them as JSON too).
 
-"In full" is judged on the selection each run recorded in ``outcomes.json`` (args, ``-k``, ``-m``,
-``--deselect``, ``--lf``, collected and deselected counts per suite): a required suite with any
-deselected test, a ``-k``/``-m`` expression, a path below the suite (``pytest unit/foundation``) or
-a collected test without an outcome (``-x``, an interrupted run) did not run in full -- unless several runs
-given together ran all of the suite's collection between them (``pytest unit/`` and ``pytest unit/ --run-slow
--m slow``, both finding the same tests).  Which skip
+"In full" is judged by :mod:`pytest_sskj.report.release_cover` on what each run recorded in ``outcomes.json``
+(its selection: args, ``-k``, ``-m``, ``--deselect``, ``--lf``, counts, and its *collection*, every test it
+found, deselected ones included): several runs of a suite cover it together when every test of the collection
+of the runs that selected the whole suite ran in at least one of them (``pytest unit/`` + ``pytest unit/
+--run-slow -m slow`` + ``pytest unit/twin/ --run-slow``, or any other split), and a test that failed in any run
+refuses.  Which skip
 reasons are acceptable is policy in ``release.toml``: ``[release.scopes.<name>]`` lists the
 ``accept_skip_reasons`` (regular expressions); the ``cpu`` scope accepts "hardware absent" skips and
 lists every one it accepted in the mark, the ``gpu`` scope accepts none, so a GPU release needs the
@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_sskj.report.outcomes import load_outcomes, suite_of
+from pytest_sskj.report.outcomes import load_outcomes
+from pytest_sskj.report.release_cover import latest_runs as _latest_runs
+from pytest_sskj.report.release_cover import suite_reasons
 from pytest_sskj.report.results import read_results, read_verdicts
 from pytest_sskj.report.scrub import scrub
 from pytest_sskj.rundir import atomic_write_text
@@ -243,61 +245,6 @@ def _short(message: str, limit: int = 300) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "\u2026"
 
 
-def _selection_reasons(selection: Mapping[str, Any], suite: str, ran: int) -> list[str]:
-    """Why ``suite`` did not run in full in a run with this recorded ``selection`` (empty: it did)."""
-    if not selection:
-        return [f"required suite {suite!r}: the run recorded no selection (outcomes.json predates it); run it again"]
-    out = []
-    for opt, key in (("-k", "keyword"), ("-m", "markexpr")):
-        if selection.get(key):
-            out.append(f"required suite {suite!r} did not run in full: selected with {opt} {selection[key]!r}")
-    if selection.get("deselect"):
-        out.append(f"required suite {suite!r} did not run in full: --deselect {', '.join(selection['deselect'])}")
-    rootdir = str(selection.get("rootdir") or "")
-    for ign in selection.get("ignore") or []:
-        rel = str(ign).replace("\\", "/")
-        rel = rel[len(rootdir) :].lstrip("/") if rootdir and rel.startswith(rootdir) else rel.lstrip("./")
-        if rel == suite or rel.startswith(f"{suite}/"):
-            out.append(f"required suite {suite!r} did not run in full: --ignore {ign}")
-    if selection.get("lf"):
-        out.append(f"required suite {suite!r} did not run in full: --lf reran only the last failures")
-    deselected = int((selection.get("deselected") or {}).get(suite, 0))
-    if deselected:
-        out.append(f"required suite {suite!r} did not run in full: {deselected} test(s) deselected")
-    for arg in selection.get("paths", selection.get("args")) or []:
-        path = str(arg).split("::", 1)[0].replace("\\", "/").strip("/")
-        if path.startswith(f"{suite}/") and path != suite:
-            out.append(f"required suite {suite!r} did not run in full: only {arg!r} was selected")
-    collected = (selection.get("collected") or {}).get(suite)
-    if isinstance(collected, int) and ran < collected:
-        out.append(f"required suite {suite!r}: {collected - ran} of {collected} collected test(s) have no outcome")
-    return out
-
-
-def _covered_together(tests: Sequence[Mapping[str, Any]], selections: Sequence[Mapping[str, Any]], suite: str) -> bool:
-    """Whether several runs of ``suite`` ran it in full *together*: every run found the same collection
-    (selected + deselected + the plugin's not-applicable tests) and the tests with an outcome in any of them,
-    plus the not-applicable ones, are all of it -- e.g. ``pytest unit/`` (the inner loop, slow checks
-    deselected) and ``pytest unit/ --run-slow -m slow`` (just those).  One run alone is judged by its own
-    selection; ``--lf`` never counts as covering anything."""
-    if len(selections) < 2 or any(not sel or sel.get("lf") for sel in selections):
-        return False
-    totals = set()
-    not_applicable: set[str] = set()
-    for sel in selections:
-        na = {n for n in (sel.get("not_applicable") or {}) if suite_of(n) == suite}
-        not_applicable |= na
-        collected = (sel.get("collected") or {}).get(suite)
-        deselected = (sel.get("deselected") or {}).get(suite, 0)
-        if not isinstance(collected, int) or not isinstance(deselected, int):
-            return False
-        totals.add(collected + deselected + len(na))
-    if len(totals) != 1:
-        return False
-    ran = {str(t.get("nodeid")) for t in tests if t.get("suite") == suite}
-    return len(ran | not_applicable) >= totals.pop()
-
-
 def judge_tests(
     tests: Sequence[Mapping[str, Any]],
     config: ReleaseConfig,
@@ -327,9 +274,8 @@ def judge_tests(
         need = config.min_tests.get(suite, 1)
         if total < need:
             reasons.append(f"required suite {suite!r} ran {total} test(s); release.toml asks for at least {need}")
-        if selections is not None and not _covered_together(tests, selections.get(suite) or [], suite):
-            for sel in selections.get(suite) or [{}]:
-                reasons += _selection_reasons(sel, suite, total)
+        if selections is not None:
+            reasons += suite_reasons(tests, selections.get(suite) or [], suite)
     for t in sorted(tests, key=lambda t: str(t.get("nodeid"))):
         if t.get("suite") not in config.required_suites or t.get("outcome") == "passed":
             continue
@@ -444,8 +390,9 @@ class _Runs:
         self.loaded[rid] = (outcomes, manifest)
         self.reasons += [prefix + r for r in _run_reasons(outcomes, manifest)]
         tests = [t for t in outcomes.get("tests", []) if isinstance(t, dict)]
+        selection = dict(outcomes.get("selection") or {})
         for suite in {str(t.get("suite")) for t in tests}:
-            self.selections.setdefault(suite, []).append(dict(outcomes.get("selection") or {}))
+            self.selections.setdefault(suite, []).append({**selection, "run_id": rid} if selection else {})
         for t in tests:
             prev = self.tests.get(str(t.get("nodeid")))
             if prev is None or prev.get("outcome") == "passed":
@@ -534,72 +481,10 @@ def mark(
     return out
 
 
-def _signature(selection: Mapping[str, Any]) -> str:
-    """Which kind of session a run of a suite was: its -m expression (the inner loop vs the slow phase)."""
-    return str(selection.get("markexpr") or "")
-
-
-def _full_suite_run(selection: Mapping[str, Any], suite: str) -> bool:
-    """Whether a run selected the whole suite (no -k, no sub-path): a debugging run of one file never
-    stands in for the suite's release run."""
-    if selection.get("keyword") or selection.get("lf"):
-        return False
-    for arg in selection.get("paths", selection.get("args")) or []:
-        path = str(arg).split("::", 1)[0].replace("\\", "/").strip("/")
-        if path.startswith(f"{suite}/") and path != suite:
-            return False
-    return True
-
-
-def _suite_total(selection: Mapping[str, Any], suite: str) -> int:
-    """How many tests of ``suite`` the run found: collected + deselected + the plugin's not-applicable ones."""
-    collected = (selection.get("collected") or {}).get(suite, 0)
-    deselected = (selection.get("deselected") or {}).get(suite, 0)
-    na = [n for n in (selection.get("not_applicable") or {}) if suite_of(n) == suite]
-    return int(collected or 0) + int(deselected or 0) + len(na)
-
-
-def _finished_runs(reports: Path) -> list[tuple[float, str, dict[str, Any]]]:
-    """(written time, run id, outcomes) of every run with a complete ``outcomes.json``, newest first."""
-    found: list[tuple[float, str, dict[str, Any]]] = []
-    for path in reports.glob("*/outcomes.json"):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("tests"), list):
-            found.append((float(data.get("written") or path.stat().st_mtime), path.parent.name, data))
-    return sorted(found, key=lambda f: f[0], reverse=True)
-
-
 def latest_runs(reports: Path, config: ReleaseConfig) -> list[str]:
-    """The runs a mark without ``--run`` judges: per required suite, its newest run that selected the whole
-    suite, plus the newest run of each other ``-m`` selection of it (the README's inner loop and its slow
-    phase) when the newest one alone did not run the suite in full.  Newest means newest, green or not: an
-    older green run never hides a newer red one."""
-    runs: list[str] = []
-    finished = _finished_runs(reports)
-    for suite in config.required_suites:
-        mine = [
-            (rid, data)
-            for _, rid, data in finished
-            if any(t.get("suite") == suite for t in data["tests"] if isinstance(t, dict))
-            and _full_suite_run(data.get("selection") or {}, suite)
-        ]
-        whole = max((_suite_total(d.get("selection") or {}, suite) for _, d in mine), default=0)
-        newest: dict[str, tuple[str, dict[str, Any]]] = {}
-        for rid, data in mine:  # a run that found fewer tests of the suite than another selected only part of it
-            sel = data.get("selection") or {}
-            if _suite_total(sel, suite) >= whole:
-                newest.setdefault(_signature(sel), (rid, data))
-        if not newest:
-            continue
-        ordered = list(newest.values())  # newest first (dicts keep insertion order)
-        first_sel = ordered[0][1].get("selection") or {}
-        alone = not (first_sel.get("deselected") or {}).get(suite) and not first_sel.get("markexpr")
-        picked = ordered[:1] if alone else ordered
-        runs += [rid for rid, _ in picked if rid not in runs]
-    return runs
+    """The runs a mark without ``--run`` judges: per required suite, the newest runs that cover its collection
+    between them (:func:`pytest_sskj.report.release_cover.latest_runs`)."""
+    return _latest_runs(reports, config.required_suites)
 
 
 def list_releases(reports_dir: Path | None = None) -> list[dict[str, Any]]:

@@ -42,6 +42,10 @@ class Serving(Protocol):
         """Log-oracle findings after ``mark`` on every node."""
         ...
 
+    def log_tail(self, n: int = 30) -> dict[str, list[str]]:
+        """The last ``n`` lines of every process's log, redacted, by the keys of :attr:`log_paths`."""
+        ...
+
     def check_alive(self) -> None:
         """Raise :class:`~pytest_sskj.errors.ServerCrashed` when a process died or a fatal line was logged."""
         ...

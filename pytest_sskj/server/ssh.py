@@ -177,20 +177,22 @@ class SshProcess:
             out.write(text.encode())
 
     def _copy(self, proc: subprocess.Popen[bytes]) -> None:
-        """Copy the remote stream line by line into the local log, secrets redacted, flushing every line."""
+        """Copy the remote stream line by line into the local log, secrets redacted, flushing every line (the
+        banner line is in the file before :meth:`wait_started` returns)."""
         assert proc.stdout is not None
         for raw in iter(proc.stdout.readline, b""):
-            if _OWN_LINE.match(raw):
-                m = _BANNER.match(raw)
-                if m and self.remote_pid is None:
-                    self.remote_pid = int(m.group(1))
-                    self._started.set()
-                c = _CLOSING.match(raw)
-                if c:
-                    self._closing_rc = int(c.group(1))
-            else:
+            if not _OWN_LINE.match(raw):
                 self._log_bytes += len(raw)
-            self._write(raw)
+                self._write(raw)
+                continue
+            self._write(raw)  # before the start is signalled: once start() returns, the log copy holds the banner
+            m = _BANNER.match(raw)
+            if m and self.remote_pid is None:
+                self.remote_pid = int(m.group(1))
+                self._started.set()
+            c = _CLOSING.match(raw)
+            if c:
+                self._closing_rc = int(c.group(1))
         proc.stdout.close()
         self._started.set()
 

@@ -39,6 +39,8 @@ class _Handler(BaseHTTPRequestHandler):
     engine: ServingEngine | None = None
     rank: int = 0
     kv_wait_s: float = 600.0
+    on_request: Callable[[], None] | None = None
+    """Called once per generation request received (the model's ``[[faults]]`` count them)."""
 
     def log_message(self, *args: object) -> None:
         pass
@@ -134,6 +136,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         body = self._body()
+        if self.on_request is not None:
+            self.on_request()
         prompt = body.get("input_ids") if path == "/generate" else body.get("prompt")
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
             self._json({"error": {"message": "the stand-in takes token-id prompts (input_ids / prompt)"}}, 400)
@@ -231,9 +235,19 @@ def _start(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> Threa
     return httpd
 
 
-def serve(a: Any, info: dict[str, Any], engine: ServingEngine | None, log: Callable[[str], None]) -> list[Any]:
-    """Start this rank's HTTP server(s); returns them (``shutdown()`` each at exit)."""
-    handler = type("Handler", (_Handler,), {"info": info, "engine": engine, "rank": a.node_rank})
+def serve(
+    a: Any,
+    info: dict[str, Any],
+    engine: ServingEngine | None,
+    log: Callable[[str], None],
+    on_request: Callable[[], None] | None = None,
+) -> list[Any]:
+    """Start this rank's HTTP server(s); returns them (``shutdown()`` each at exit).
+
+    ``on_request`` is called once per ``/generate`` or ``/v1/completions`` request received."""
+    hook = staticmethod(on_request) if on_request is not None else None  # a plain function, not a method
+    attrs = {"info": info, "engine": engine, "rank": a.node_rank, "on_request": hook}
+    handler = type("Handler", (_Handler,), attrs)
     servers = [_start(a.host, a.port, handler)]
     if engine is not None and engine.role == "prefill":
         servers.append(_start(a.host, a.disaggregation_bootstrap_port, handler))

@@ -8,7 +8,8 @@ refuses it (exit 2, ``unrecognized arguments``).  :func:`server_info` is the ``/
 args after SGLang's own resolution of the fields our verification reads (attention DP: ``dp_size=1``,
 ``attn_dp_size=N``, ``chunked_prefill_size // N``).  :func:`resolve_real` runs the *real* parser and
 ``ServerArgs`` resolution in the sglang interpreter named by ``SSKJ_TWIN_SGLANG_PYTHON`` (via
-``sglang_resolve.py``, on an SM120 platform override and a placeholder config of the model) and returns
+:mod:`pytest_sskj.twin.sglang_resolve`, the contract suite's resolver too, on an SM120 platform override
+and a placeholder config of the model) and returns
 sglang's own ``resolved_dict()``, which rank 0 then serves instead.  Stdlib only.
 """
 
@@ -18,10 +19,12 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_sskj.engines.sglang import BACKENDS, PINNED_VERSION
+from pytest_sskj.twin.sglang_resolve import PLATFORM
 
 __all__ = ["parse", "resolve_real", "server_info"]
 
@@ -117,7 +120,7 @@ def resolve_real(python: str, argv: list[str], tmp: Path) -> tuple[dict[str, Any
         return None, f"no placeholder config for model {a.model_path!r} (known: {', '.join(_MODELS)})"
     real_argv = [x if x != a.model_path else str(model) for x in argv]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",) and not k.startswith("SGLANG_")}
-    req = {"argv": real_argv}
+    req = {"commands": [real_argv], "platform": PLATFORM, "append": ["--device", "cuda"]}
     try:
         proc = subprocess.run(
             [python, str(HERE / "sglang_resolve.py")],
@@ -133,9 +136,12 @@ def resolve_real(python: str, argv: list[str], tmp: Path) -> tuple[dict[str, Any
     if proc.returncode != 0:
         return None, f"the sglang parser failed (exit {proc.returncode}): {proc.stderr.strip()[-600:]}"
     out = json.loads(proc.stdout)
-    if out.get("error"):
+    (result,) = out["results"]
+    if result.get("error"):
+        sys.stderr.write(f"sglang refused the arguments: {result['error']}\n")
+        sys.stderr.flush()
         raise SystemExit(2)
-    resolved: dict[str, Any] = out["resolved"]
+    resolved: dict[str, Any] = result["resolved"]
     resolved.pop("api_key", None)
     resolved["model_path"] = a.model_path
     resolved["tokenizer_path"] = a.tokenizer_path or a.model_path

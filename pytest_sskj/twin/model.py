@@ -29,6 +29,7 @@ __all__ = [
     "CELL_KEYS",
     "Cell",
     "EngineParams",
+    "Fault",
     "ModelError",
     "TwinModel",
     "calibrate",
@@ -54,7 +55,8 @@ FIGURE_KEYS = (
     "note",
 )
 CELL_KEYS = (*MATCH_KEYS, *FIGURE_KEYS)
-_TOP_KEYS = ("name", "description", "source", "time_scale", "seed", "workload", "defaults", "cells")
+_TOP_KEYS = ("name", "description", "source", "time_scale", "seed", "workload", "defaults", "cells", "faults")
+FAULT_KEYS = ("role", "node_rank", "after_requests", "lines")
 _Z95 = 1.6448536269514722
 
 
@@ -95,6 +97,23 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Fault:
+    """Log lines a rank writes once it has been sent ``after_requests`` requests (``[[faults]]`` in the file).
+
+    How a model makes a rank fail *in its log* the way a real one does (an OOM, a Traceback, an NCCL error in
+    the middle of serving), so that the log oracle's verdicts are checked against lines a rank really wrote."""
+
+    role: str = "serve"
+    """The ``--disaggregation-mode`` of the ranks it applies to (serve, prefill or decode)."""
+    node_rank: int = 0
+    after_requests: int = 1
+    lines: tuple[str, ...] = ()
+
+    def applies(self, role: str, node_rank: int) -> bool:
+        return self.role == role and self.node_rank == node_rank
+
+
+@dataclass(frozen=True)
 class EngineParams:
     """What paces the twin for one cell (modelled seconds; the engine multiplies by ``time_scale``)."""
 
@@ -123,6 +142,7 @@ class TwinModel:
     cells: tuple[Cell, ...]
     default_tpot_ms: float
     description: str = ""
+    faults: tuple[Fault, ...] = ()
 
     def candidates(self, facts: Mapping[str, Any]) -> list[Cell]:
         """The cells of a server with these facts (role, tp, ep, dp, pp, backend, chunk)."""
@@ -254,6 +274,25 @@ def _cell(raw: Mapping[str, Any], base: Mapping[str, Any], where: str) -> Cell:
     return Cell(**vals)
 
 
+def _fault(raw: Any, where: str) -> Fault:
+    if not isinstance(raw, Mapping):
+        raise ModelError(f"{where}: expected a table with {', '.join(FAULT_KEYS)}")
+    unknown = sorted(set(raw) - set(FAULT_KEYS))
+    if unknown:
+        raise ModelError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(FAULT_KEYS)}")
+    role = raw.get("role", "serve")
+    if role not in ("serve", "prefill", "decode"):
+        raise ModelError(f"{where}: role must be serve, prefill or decode, got {role!r}")
+    node_rank = raw.get("node_rank", 0)
+    if isinstance(node_rank, bool) or not isinstance(node_rank, int) or node_rank < 0:
+        raise ModelError(f"{where}: node_rank must be an integer >= 0, got {node_rank!r}")
+    after = _positive(where, "after_requests", raw.get("after_requests", 1), int)
+    lines = raw.get("lines")
+    if not isinstance(lines, list) or not lines or not all(isinstance(x, str) and x for x in lines):
+        raise ModelError(f"{where}: lines must be a non-empty list of non-empty strings, got {lines!r}")
+    return Fault(role=role, node_rank=node_rank, after_requests=after, lines=tuple(lines))
+
+
 def load_model(path: Path) -> TwinModel:
     """Read and check a model file; :class:`ModelError` says what is wrong and what is accepted."""
     where = f"twin model {path}"
@@ -273,6 +312,10 @@ def load_model(path: Path) -> TwinModel:
     if not isinstance(cells_raw, list) or not cells_raw:
         raise ModelError(f"{where}: needs [[cells]] tables (one per backend x chunk x concurrency x layout)")
     cells = tuple(_cell(c, base, f"{where}, cell {i + 1}") for i, c in enumerate(cells_raw))
+    faults_raw = raw.get("faults", [])
+    if not isinstance(faults_raw, list):
+        raise ModelError(f"{where}: faults must be [[faults]] tables")
+    faults = tuple(_fault(f, f"{where}, fault {i + 1}") for i, f in enumerate(faults_raw))
     return TwinModel(
         name=str(raw.get("name", path.stem)),
         path=path,
@@ -281,4 +324,5 @@ def load_model(path: Path) -> TwinModel:
         cells=cells,
         default_tpot_ms=tpot,
         description=str(raw.get("description", "")),
+        faults=faults,
     )

@@ -26,7 +26,7 @@ from typing import Any
 
 from pytest_sskj.twin.args import parse, resolve_real, server_info
 from pytest_sskj.twin.engine import ServingEngine
-from pytest_sskj.twin.model import ModelError, TwinModel, load_model
+from pytest_sskj.twin.model import Fault, ModelError, TwinModel, load_model
 
 __all__ = ["DEFAULT_MODEL", "main", "server_facts"]
 
@@ -34,7 +34,9 @@ DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "kimi3-pro6000.toml"
 
 
 def log(msg: str) -> None:
-    pass
+    """One SGLang-style log line on stdout, flushed at once (the launcher streams the file it goes to)."""
+    sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}\n")
+    sys.stdout.flush()
 
 
 def server_facts(a: Any) -> dict[str, Any]:
@@ -107,6 +109,31 @@ class _Peers:
         os._exit(1)
 
 
+class _Faults:
+    """The model's ``[[faults]]`` of this rank: their lines are logged once it was sent enough requests."""
+
+    def __init__(self, faults: tuple[Fault, ...], role: str, node_rank: int) -> None:
+        self.pending = [f for f in faults if f.applies(role, node_rank)]
+        self.requests = 0
+        self._lock = threading.Lock()
+
+    def on_request(self) -> None:
+        with self._lock:
+            self.requests += 1
+            due = [f for f in self.pending if self.requests >= f.after_requests]
+            self.pending = [f for f in self.pending if f not in due]
+        for f in due:
+            for line in f.lines:
+                log(line)
+
+    def at_start(self) -> None:
+        """A rank >= 1 is sent no requests: its faults fire once it is up."""
+        for f in self.pending:
+            for line in f.lines:
+                log(line)
+        self.pending = []
+
+
 def _load(a: Any) -> tuple[TwinModel, list[Any]]:
     path = Path(os.environ.get("SSKJ_TWIN_MODEL") or DEFAULT_MODEL)
     try:
@@ -157,11 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.node_rank == 0:
         label = "/".join(f"{k}={v}" for k, v in server_facts(a).items())
         engine = ServingEngine(model, cells, chunk=a.chunked_prefill_size, role=role, label=label)
-    servers = serve(a, info, engine, log)
+    faults = _Faults(model.faults, role, a.node_rank)
+    servers = serve(a, info, engine, log, faults.on_request if faults.pending else None)
     if a.node_rank == 0:
         log(f"The server is fired up and ready to roll! (http://{a.host}:{a.port})")
     else:
         log(f"Dummy health check server started on {a.host}:{a.port} (node rank {a.node_rank})")
+        faults.at_start()
     while not stopping.wait(0.2):
         pass
     log("Gracefully exiting")

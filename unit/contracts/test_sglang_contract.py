@@ -3,9 +3,10 @@ own resolved values pass our ``/server_info`` verification.
 
 The real package (``sglang==0.5.23``, installed without its GPU dependencies by ``.ci/install_sglang.sh``) runs
 in its own interpreter (``SSKJ_SGLANG_PYTHON``; else this one, when it can import sglang) through
-``sglang_resolve.py``: ``ServerArgs.add_cli_args`` -> ``parse_args`` -> ``from_cli_args`` -> ``resolve_once()``
--> ``resolved_dict()``, with a placeholder Kimi-K3 ``config.json`` (domain.md §2), ``--device cuda`` appended
-and sglang's ``override_platform`` saying the target is the users' RTX PRO 6000 (SM120).  ``/server_info``
+``pytest_sskj/twin/sglang_resolve.py`` (the twin ranks' resolver too): ``ServerArgs.add_cli_args`` -> ``parse_args``
+-> ``from_cli_args`` -> ``resolve_once()`` -> ``resolved_dict()``, with a placeholder Kimi-K3 ``config.json``
+(domain.md §2), ``--device cuda`` appended and sglang's ``override_platform`` saying the target is the users'
+RTX PRO 6000 (SM120).  ``/server_info``
 returns those resolved args at the top level plus ``version`` (real-engines.md), so that is what the pool's
 check is fed.  Without sglang the suite skips with the reason; ``SSKJ_REQUIRE_SGLANG=1`` (CI) turns that skip
 into a failure.  This suite is what fails first when the users move to a newer sglang.
@@ -30,10 +31,12 @@ from pytest_sskj.parsing import parse_size_list
 from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import SETTINGS_KEY
+from pytest_sskj.twin import sglang_resolve
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-HARNESS = HERE / "sglang_resolve.py"
+HARNESS = Path(sglang_resolve.__file__)  # run as a script by sglang's interpreter (the twin's ranks use it too)
+PLATFORM = sglang_resolve.PLATFORM  # the users' GPU (RTX PRO 6000 Blackwell, SM120), in sglang's vocabulary
 PINNED = PINNED_VERSION
 NODES = ("601", "602", "603", "604")
 ENGINE = get_engine("sglang")
@@ -66,15 +69,6 @@ KIMI_K3_CONFIG: dict[str, Any] = {
         "max_position_embeddings": 1048576,
         "num_nextn_predict_layers": 0,
     },
-}
-# the users' GPU (RTX PRO 6000 Blackwell, SM120), in sglang's own platform vocabulary
-PLATFORM = {
-    "is_cuda": True,
-    "is_sm120": True,
-    "is_blackwell": True,
-    "device_sm": 120,
-    "device_capability": [12, 0],
-    "has_flashinfer": True,
 }
 
 

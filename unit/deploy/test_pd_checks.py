@@ -85,3 +85,30 @@ def test_kv_transfer_failures_in_a_decode_log_are_findings(tmp_path: Path) -> No
     oracle.scan(final=True)
     found = oracle.findings_since(None)
     assert [(f.node, f.severity) for f in found] == [("605", "error"), ("605", "error")], found
+
+
+def test_a_deployments_log_tail_names_every_group_rank_and_the_router_redacted(tmp_path: Path) -> None:
+    """What a failed test's report shows (server/fixtures.py): the last lines of each group rank's log and the
+    router's; a PD run whose test failed ended in INTERNALERROR while the deployment had no ``log_tail``."""
+    from types import SimpleNamespace
+
+    from pytest_sskj.deploy.pool import RunningDeployment
+    from pytest_sskj.server.pool import RunningServer
+    from pytest_sskj.server.spec import ServerSpec
+
+    topo = topology_from_table(_PD)
+    spec = ServerSpec(engine="sglang", backend="marlin")
+    groups = {}
+    for name, node in (("prefill", "601"), ("decode", "605")):
+        log = tmp_path / f"{name}.log"
+        log.write_text(f"{name} line 1\nhf_token=sekrit-{name} loaded\n")
+        oracle = LogOracle("sglang", secrets=(f"sekrit-{name}",))
+        groups[name] = RunningServer(spec=spec, urls=[], log_paths={f"{node}/0": log}, oracle=oracle)
+    router_log = tmp_path / "router.log"
+    router_log.write_text("router up\n")
+    router = SimpleNamespace(log_path=router_log, node="local")
+    dep = RunningDeployment(spec=spec, topology=topo, groups=groups, router=router, urls=[])  # type: ignore[arg-type]
+    tails = dep.log_tail(5)
+    assert set(tails) == set(dep.log_paths) == {"prefill:601/0", "decode:605/0", "router"}, tails
+    assert tails["decode:605/0"][0] == "decode line 1" and "sekrit" not in " ".join(tails["decode:605/0"]), tails
+    assert tails["router"] == ["router up"]

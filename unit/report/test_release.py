@@ -463,3 +463,129 @@ def test_rank_reasons_puts_run_problems_first_and_groups_skips() -> None:
         "required suite 'unit' did not run in full: 3 test(s) deselected",
         "2 required test(s) skipped: Skipped: x (not accepted by scope 'gpu'), e.g. unit/a.py::t",
     ]
+
+
+_PHASED = {
+    "unit/conftest.py": (
+        "import pytest\n"
+        "def pytest_addoption(parser):\n    parser.addoption('--run-slow', action='store_true')\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    if config.getoption('--run-slow'):\n        return\n"
+        "    slow = [i for i in items if i.get_closest_marker('slow')]\n"
+        "    config.hook.pytest_deselected(items=slow)\n"
+        "    items[:] = [i for i in items if i not in slow]\n"
+    ),
+    # as unit/twin/conftest.py: its end-to-end file runs only in a session that names unit/twin
+    "unit/twin/conftest.py": (
+        "from pathlib import Path\n"
+        "HERE = Path(__file__).resolve().parent\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    named = [Path(str(a).split('::')[0]).resolve() for a in config.args]\n"
+        "    if any(p == HERE or HERE in p.parents for p in named):\n"
+        "        return\n"
+        "    e2e = [i for i in items if i.path.name == 'test_phased_e2e.py']\n"
+        "    config.hook.pytest_deselected(items=e2e)\n"
+        "    items[:] = [i for i in items if i not in e2e]\n"
+    ),
+    "unit/test_phased_a.py": (
+        "import pytest\ndef test_fast():\n    pass\n@pytest.mark.slow\ndef test_slow():\n    pass\n"
+    ),
+    "unit/twin/test_phased_model.py": "def test_model():\n    pass\n",
+    "unit/twin/test_phased_e2e.py": "import pytest\npytestmark = pytest.mark.slow\ndef test_job():\n    pass\n",
+}
+
+
+def _phased(pytester: pytest.Pytester, fail_e2e: bool = False) -> tuple[Path, ReleaseConfig]:
+    files = dict(_PHASED)
+    if fail_e2e:
+        files["unit/twin/test_phased_e2e.py"] = (
+            "import pytest\npytestmark = pytest.mark.slow\ndef test_job():\n    assert 0\n"
+        )
+    pytester.makepyfile(**files)
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n")
+    pytester.makefile(".toml", release='[release]\nrequired_suites = ["unit"]\n')
+    return pytester.path / "rep", load_config(pytester.path / "release.toml")
+
+
+def test_ci_phases_that_together_ran_the_whole_collection_are_released_whatever_the_split(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 22/27: CI runs unit/ as three sessions -- the inner loop, the slow phase (-m slow) and the twin phase
+    (a sub-path, unit/twin/, whose end-to-end file both other sessions deselect).  Each run records its collection;
+    together they ran all of it, so the README's `release mark` (no --run) marks them; any two of them leave a
+    test uncovered and are refused naming it; another split (-k a / -k 'not a') is the suite in full too."""
+    rep, cfg = _phased(pytester)
+    opts = ("--reports-dir", "rep", "-p", "no:cacheprovider")
+    pytester.runpytest("unit", "--run-id", "inner", *opts).assert_outcomes(passed=2)
+    pytester.runpytest("unit", "--run-slow", "-m", "slow", "--run-id", "slow", *opts).assert_outcomes(passed=1)
+    pytester.runpytest("unit/twin", "--run-slow", "--run-id", "twin", *opts).assert_outcomes(passed=2)
+    sel = json.loads((rep / "inner" / "outcomes.json").read_text())["selection"]
+    assert sel["collection"]["unit"] == sorted(
+        [
+            "unit/test_phased_a.py::test_fast",
+            "unit/test_phased_a.py::test_slow",
+            "unit/twin/test_phased_e2e.py::test_job",
+            "unit/twin/test_phased_model.py::test_model",
+        ]
+    ), "a run records every test it found, deselected ones included"
+    assert latest_runs(rep, cfg) == ["slow", "inner", "twin"], "whole-suite runs first, then the twin phase"
+    data = json.loads(mark(None, "ci", reports_dir=rep, config=cfg).read_text())
+    assert data["run_id"] == ["slow", "inner", "twin"] and data["counts"] == {"passed": 4}, data["counts"]
+    with pytest.raises(ReleaseRefused) as two:
+        mark(["inner", "slow"], "two", reports_dir=rep, config=cfg)
+    assert two.value.reasons[0] == (
+        "required suite 'unit' did not run in full: 1 of its 4 test(s) ran in none of the runs (inner, slow), "
+        "e.g. unit/twin/test_phased_e2e.py::test_job"
+    ), two.value.reasons
+    with pytest.raises(ReleaseRefused) as sub:
+        mark(["twin"], "sub", reports_dir=rep, config=cfg)
+    assert sub.value.reasons == ["required suite 'unit' did not run in full: only 'unit/twin' was selected"]
+    ka = ("unit", "unit/twin", "--run-slow", "-k", "fast or job", "--run-id", "ka")  # names unit/twin: e2e kept
+    pytester.runpytest(*ka, *opts).assert_outcomes(passed=2)
+    pytester.runpytest("unit", "--run-slow", "-k", "slow or model", "--run-id", "kb", *opts).assert_outcomes(passed=2)
+    assert json.loads(mark(["ka", "kb"], "k", reports_dir=rep, config=cfg).read_text())["counts"] == {"passed": 4}
+
+
+def test_a_test_that_failed_in_any_phase_refuses_and_path_runs_alone_never_cover(pytester: pytest.Pytester) -> None:
+    rep, cfg = _phased(pytester, fail_e2e=True)
+    opts = ("--reports-dir", "rep", "-p", "no:cacheprovider")
+    pytester.runpytest("unit", "--run-id", "inner", *opts).assert_outcomes(passed=2)
+    pytester.runpytest("unit", "--run-slow", "-m", "slow", "--run-id", "slow", *opts).assert_outcomes(passed=1)
+    pytester.runpytest("unit/twin", "--run-slow", "--run-id", "twin", *opts).assert_outcomes(passed=1, failed=1)
+    with pytest.raises(ReleaseRefused) as exc:
+        mark(None, "ci", reports_dir=rep, config=cfg)
+    assert exc.value.reasons == ["required test unit/twin/test_phased_e2e.py::test_job failed (in call): assert 0"], (
+        exc.value.reasons
+    )
+    pytester.runpytest("unit/test_phased_a.py", "--run-slow", "--run-id", "a", *opts).assert_outcomes(passed=2)
+    with pytest.raises(ReleaseRefused) as paths:
+        mark(["a", "twin"], "paths", reports_dir=rep, config=cfg)
+    assert paths.value.reasons[0].startswith(
+        "required suite 'unit' did not run in full: no run (a, twin) collected the whole suite"
+    ), paths.value.reasons
+
+
+def test_readme_and_release_mark_help_state_the_same_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27: README, `.ci/run` and `release --help` say the same thing about which runs a mark judges."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    with pytest.raises(SystemExit):
+        main(["release", "mark", "--help"])
+    helptext = capsys.readouterr().out
+
+    def flat(text: str) -> str:
+        return re.sub(r"\s+", " ", text.replace("`", ""))
+
+    for claim in (
+        "Several runs of a suite cover it together when every test of its collection (each run records what it "
+        "found, deselected tests included) ran in at least one of them and none failed in any",
+        "as long as one of the runs collected the whole suite. Without --run it judges the newest runs that cover "
+        "each required suite: the newest pytest acceptance/",
+        "the newest runs of a path below it (pytest unit/twin/ --run-slow",
+    ):
+        assert claim in flat(readme), f"README's release section should say: {claim}"
+        assert claim in flat(helptext), f"release mark --help should say: {claim}"
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    assert re.search(r'release mark --tag "ci-cpu-[^\n]*--scope cpu \|\| rc_rel=\$\?', ci), "CI runs the README's mark"
+    assert re.search(r'if \[ "\$rc_rel" -ne 0 \]; then\n(.*\n)?\s+exit "\$rc_rel"', ci), "a refused mark fails CI"

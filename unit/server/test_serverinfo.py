@@ -94,7 +94,7 @@ def test_dp_attention_divides_the_chunk_as_sglang_does() -> None:
 
 
 ATTN_DP_0_5_23 = "sglang_0.5.23_resolved_tp32_ep4_attn_dp4_flashinfer_mxfp4_chunk8192.json"
-"""``resolved_dict()`` of the real sglang 0.5.23 for our ``--attn-dp-size 4`` command (contracts/sglang_resolve.py)."""
+"""``resolved_dict()`` of the real sglang 0.5.23 for our ``--attn-dp-size 4`` command (twin/sglang_resolve.py)."""
 
 
 def test_sglang_0_5_23_attention_dp_report_matches_the_multi_node_dp_spec() -> None:

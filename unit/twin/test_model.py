@@ -83,3 +83,42 @@ def test_the_model_option_takes_a_file_or_a_shipped_name_and_refuses_anything_el
     assert model_path(None) == DATA / "kimi3-pro6000.toml"
     with pytest.raises(ValueError, match="neither a file nor a shipped model; shipped: dsv4-layouts"):
         model_path("kimi3-pro9000")
+
+
+def _with_fault(tmp_path: Path, fault: str) -> Path:
+    p = tmp_path / "m.toml"
+    p.write_text((DATA / "kimi3-pro6000-pd.toml").read_text() + "\n[[faults]]\n" + fault)
+    return p
+
+
+def test_a_models_faults_are_read_and_a_bad_fault_is_refused_naming_the_key(tmp_path: Path) -> None:
+    m = load_model(
+        _with_fault(tmp_path, 'role = "decode"\nafter_requests = 2\nlines = ["Traceback (most recent call last):"]\n')
+    )
+    (f,) = m.faults
+    assert (f.role, f.node_rank, f.after_requests, f.lines) == ("decode", 0, 2, ("Traceback (most recent call last):",))
+    assert f.applies("decode", 0) and not f.applies("prefill", 0) and not f.applies("decode", 1)
+    with pytest.raises(ModelError, match=r"fault 1: unknown key\(s\) line; known: role, node_rank"):
+        load_model(_with_fault(tmp_path, 'line = "x"\n'))
+    with pytest.raises(ModelError, match="lines must be a non-empty list"):
+        load_model(_with_fault(tmp_path, "lines = []\n"))
+    with pytest.raises(ModelError, match="role must be serve, prefill or decode"):
+        load_model(_with_fault(tmp_path, 'role = "router"\nlines = ["x"]\n'))
+
+
+def test_a_rank_logs_its_own_lines_on_stdout_and_its_faults_once_due(capsys: pytest.CaptureFixture[str]) -> None:
+    """What a rank writes goes to its stdout (which the launcher copies into the run's log): a rank whose
+    ``log`` wrote nothing would leave its log copy with the launcher's lines only (issue 22's defect)."""
+    from pytest_sskj.twin import rank
+    from pytest_sskj.twin.model import Fault
+
+    rank.log("The server is fired up and ready to roll!")
+    faults = rank._Faults(
+        (Fault("decode", 0, 2, ("Traceback (most recent call last):", "CUDA out of memory.")),), "decode", 0
+    )
+    faults.on_request()
+    assert "Traceback" not in capsys.readouterr().out.split("ready to roll!")[1]
+    faults.on_request()
+    faults.on_request()
+    out = capsys.readouterr().out
+    assert out.count("Traceback (most recent call last):") == 1 and "CUDA out of memory." in out, out

@@ -25,7 +25,11 @@ from typing import Any
 import pytest
 
 from pytest_sskj.report.conclusions import conclusions
+from pytest_sskj.server.logscan import LogOracle
+from pytest_sskj.server.spec import NodeCommand
+from pytest_sskj.server.ssh import SshLauncher, SshOptions
 from pytest_sskj.testing.netns import netns_skip_reason
+from pytest_sskj.twin.plugin import DATA, twin_env
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "netns_hosts.sh"
@@ -125,6 +129,100 @@ def _read(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[s
     return rows, verdicts, settings
 
 
+# what every twin rank writes itself (twin/rank.py), never the launcher's own "[sskj] node=... " lines
+RANK_OWN = ("server_args=ServerArgs(", "Init torch distributed ends.", "Load weight end.")
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 95.00 GiB"
+
+
+def _assert_rank_output(log: Path, *, ready: str = "The server is fired up and ready to roll!") -> str:
+    """The log copy holds the rank's own start-up lines, not just the launcher's start/exit lines."""
+    text = log.read_text()
+    for line in (*RANK_OWN, ready):
+        assert line in text, f"{log}: the rank's own line {line!r} is missing from its log copy:\n{text[-1500:]}"
+    return text
+
+
+def _faulty_model(tmp: Path, base: str, role: str) -> Path:
+    """A shipped model plus one ``[[faults]]`` table: rank 0 of ``role`` logs a Traceback ending in a CUDA OOM."""
+    lines = ["Traceback (most recent call last):", '  File "/sgl-workspace/sglang/scheduler.py", line 2110', OOM]
+    fault = f"\n[[faults]]\nrole = {role!r}\nnode_rank = 0\nafter_requests = 1\nlines = {json.dumps(lines)}\n"
+    path = tmp / f"{base}-{role}-oom.toml"
+    path.write_text((DATA / f"{base}.toml").read_text() + fault)
+    return path
+
+
+def _host_address(cfg: Path, alias: str) -> str:
+    m = re.search(rf"^Host {alias}\n\s+HostName (\S+)", cfg.read_text(), flags=re.M)
+    assert m, f"no HostName for {alias} in {cfg}"
+    return m.group(1)
+
+
+def test_a_twin_ranks_own_output_reaches_its_log_copy_over_the_real_ssh_launcher(
+    ssh_config: Path, tmp_path: Path
+) -> None:
+    """One stand-in rank on host 601 through SshLauncher: its log copy holds the rank's own start-up lines, the
+    model's fault lines (a Traceback ending in a CUDA OOM after its first request) as the log oracle finds them,
+    and its clean exit; the launcher's start/exit lines alone would fail this."""
+    import httpx
+
+    model = _faulty_model(tmp_path, "kimi3-pro6000", "serve")
+    launcher = SshLauncher(ssh=SshOptions(config_file=ssh_config))
+    free = launcher.run(
+        "601", ["python3", "-c", "import socket; s=socket.socket(); s.bind(('',0)); print(s.getsockname()[1])"]
+    )
+    port = int(free.stdout.strip())
+    env = tuple((k, v) for k, v in twin_env(str(model)) if k != "SSKJ_TWIN_SGLANG_PYTHON")
+    argv = ("python3", "-m", "sglang.launch_server", "--model-path", "kimi-k3", "--tp-size", "32", "--ep-size", "4")
+    argv += (
+        "--moe-runner-backend",
+        "marlin",
+        "--chunked-prefill-size",
+        "8192",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+    )
+    log = tmp_path / "logs" / "601" / "sglang-twin-rank0.log"
+    h = launcher.start(NodeCommand("601", 0, argv, env, True, port), log)
+    oracle = LogOracle("sglang")
+    oracle.add(log, "601", 0)
+    try:
+        deadline = time.perf_counter() + 90
+        while "fired up" not in log.read_text() and time.perf_counter() < deadline and h.poll() is None:
+            time.sleep(0.2)
+        _assert_rank_output(log)
+        url = f"http://{_host_address(ssh_config, '601')}:{port}/generate"
+        r = httpx.post(
+            url, json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 1}}, timeout=60, trust_env=False
+        )
+        assert r.status_code == 200, r.text
+        deadline = time.perf_counter() + 10
+        while OOM not in log.read_text() and time.perf_counter() < deadline:
+            time.sleep(0.1)
+        oracle.scan()
+        oom = [f for f in oracle.findings if f.category == "oom"]
+        assert oom and oom[0].node == "601" and Path(oom[0].path) == log, (
+            f"the oracle finds the OOM in {log}: {oracle.findings}"
+        )
+    finally:
+        launcher.stop_all([h])
+        launcher.close()
+    text = log.read_text()
+    assert "Gracefully exiting" in text and "exited with status 0" in text, text[-1500:]
+    assert _foreign_pids() == {}, "the rank's tree is gone from the host"
+
+
+def _assert_every_rank_log(run: Path, nodes: tuple[str, ...], servers: int) -> None:
+    """Every server's log copy on every node holds that rank's own output (rank 0: ready; >= 1: dummy health)."""
+    for k, node in enumerate(nodes):
+        logs = sorted((run / "logs" / node).glob("sglang-*-rank*.log"))
+        assert len(logs) == servers, f"{node}: one log copy per server ({servers}), saw {[p.name for p in logs]}"
+        ready = "Dummy health check server started" if k else "The server is fired up and ready to roll!"
+        for log in logs:
+            _assert_rank_output(log, ready=ready)
+
+
 def _users_prefill(cfg: Path, *extra: str) -> list[str]:
     return [
         "--profile",
@@ -164,6 +262,7 @@ def test_the_users_prefill_ab_passes_and_its_summary_states_seed_000s_conclusion
     seen = {k: float(v) for k, v in gains}
     for chunk, seed in (("4K", 9.75), ("8K", 11.00), ("16K", 7.63)):  # seed 000's C=8 gains
         assert abs(seen[chunk] - seed) < 2.5, f"{chunk} C=8 gain {seen[chunk]} % should be near the seed's {seed} %"
+    _assert_every_rank_log(run, USER_NODES[:4], servers=6)
     assert _foreign_pids() == {}, "the launcher's teardown leaves nothing but sshd on the hosts"
     print(f"users' 36-point job: {wall:.1f} s wall")
 
@@ -228,17 +327,64 @@ def test_the_pd_job_runs_seed_004s_four_points_over_the_real_router(ssh_config: 
     assert abs(tpot / 63.20 - 1) < 0.15, f"16K->512 C8 TPOT P50 {tpot:.1f} modelled ms, seed 004: 63.20 ms"
     for group, node in (("prefill", "601"), ("decode", "605")):
         (rank0,) = sorted((run / "logs" / node).glob("*rank0.log"))  # <engine>-<label>-<group>-rank0.log
-        log = rank0.read_text()
-        # What holds today: each group's rank-0 log copy records its launch and its clean exit.  KNOWN DEFECT
-        # (2026-12-02, issue 22 left open): in this PD run the ranks' own output (the twin's SGLang start-up
-        # lines, "twin: sglang 0.5.23 parsed and resolved the arguments") is missing from the log copies, so
-        # the PD groups' log scan sees only these lines (the aggregated jobs' log copies were not checked for it).
+        log = _assert_rank_output(rank0)  # the rank's own lines: the PD log scan reads what the rank wrote
+        assert "twin: sglang 0.5.23 parsed and resolved the arguments" in log, f"{group} rank 0: {log[-1500:]}"
         assert "python3 -m sglang.launch_server" in log and f"--disaggregation-mode {group}" in log, log[-1500:]
-        assert "exited with status 0" in log, f"{group} rank 0: {log[-1500:]}"
+        assert "Gracefully exiting" in log and "exited with status 0" in log, f"{group} rank 0: {log[-1500:]}"
+    for k, node in enumerate(USER_NODES):
+        if k % 4:  # ranks >= 1 of each group: SGLang's dummy health server
+            (log,) = sorted((run / "logs" / node).glob("*rank*.log"))
+            _assert_rank_output(log, ready="Dummy health check server started")
     summary = (run / "summary.md").read_text()
     assert "TPOT P50" in summary and "TPOT P95" in summary, "the summary shows TPOT P50/P95 per point (h2's column)"
     assert _foreign_pids() == {}, "routers and ranks are gone"
     print(f"PD job: {wall:.1f} s wall")
+
+
+def test_a_pd_rank_that_logs_a_traceback_and_oom_fails_the_pd_jobs_log_verdict_naming_node_and_file(
+    ssh_config: Path, tmp_path: Path
+) -> None:
+    """The PD log scan fires: decode rank 0 (node 605) logs a Traceback ending in a CUDA OOM after its first request
+    (a ``[[faults]]`` table added to seed 004's model); the job fails on that point's log verdict, which names the
+    node and the rank's log copy, and the line is in that file."""
+    router = _router_python()
+    model = _faulty_model(tmp_path, "kimi3-pro6000-pd", "decode")
+    rc, out, _, run = _job(
+        tmp_path,
+        "pd-oom",
+        "--profile",
+        "twin/kimi3-sglang-pd",
+        "--nodes",
+        "601-608",
+        "--isl",
+        "16K",
+        "--osl",
+        "1",
+        "--concurrency",
+        "1",
+        "--sskj-ssh-config",
+        str(ssh_config),
+        "--sskj-router-python",
+        router,
+        "--sskj-twin-model",
+        str(model),
+    )
+    assert rc == 1, f"a fatal OOM in a decode rank's log must fail the PD job, exit {rc}:\n{out[-5000:]}"
+    (log,) = sorted((run / "logs" / "605").glob("*rank0.log"))
+    assert OOM in log.read_text(), f"the OOM line is in the decode rank's log copy {log}"
+    # the point's verdict: "[crash] ... deployment group decode ...: fatal log signature on 605 rank 0 (traceback)"
+    # with the excerpt's file and line, or "[oom] fatal log finding during ...: fatal oom on 605 rank 0 (FILE:N)"
+    m = re.search(r"AssertionError: \[(crash|oom|traceback)\] server pd crashed during|\[oom\] fatal log finding", out)
+    assert m, f"the serving verdict fails on the log:\n{out[-5000:]}"
+    named = re.search(
+        r"fatal log (?:signature|finding)[^\n]*? on 605 rank 0 \((traceback|oom)\)|fatal (?:oom|traceback) on 605", out
+    )
+    assert named, f"the verdict names node 605 rank 0 and the signature:\n{out[-5000:]}"
+    files = {Path(f).resolve() for f in re.findall(r"\((/\S+?\.log):\d+\)", out)}
+    assert log.resolve() in files, f"the verdict names the log copy {log}: saw {files}"
+    rows, _, _ = _read(run)
+    assert [r["status"] for r in rows] == ["failed"], rows
+    assert _foreign_pids() == {}, "routers and ranks are gone"
 
 
 def test_the_dsv4_layout_job_recommends_the_models_winner_per_shape(ssh_config: Path, tmp_path: Path) -> None:
