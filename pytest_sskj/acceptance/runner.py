@@ -224,8 +224,12 @@ class PointRunner:
         return outcome
 
     # -- the point -------------------------------------------------------------------------------------
-    def run(self, point: Point, pool: ServingPool, bench: BenchFn, *, test_id: str = "") -> PointOutcome:
-        """Run ``point`` (or return its outcome from this session, or from disk on ``--resume``)."""
+    def run(
+        self, point: Point, pool: ServingPool, bench: BenchFn, *, test_id: str = "", then: Point | None = None
+    ) -> PointOutcome:
+        """Run ``point`` (or return its outcome from this session, or from disk on ``--resume``); ``then``: the
+        point that runs next, whose server (when it is another one) the pool may start once this point's bench
+        is over (``ServingPool.prepare``)."""
         if point.id in self.outcomes:
             return self.outcomes[point.id]
         if self.settings.resume:
@@ -251,7 +255,7 @@ class PointRunner:
         self.store.reset(point.id)  # a re-measured point replaces an aborted attempt's records
         t0 = time.perf_counter()
         try:
-            self._measure(point, spec, pool, bench, outcome)
+            self._measure(point, spec, pool, bench, outcome, then)
         except BaseException as exc:  # pytest-timeout (signal method), Ctrl-C or SIGTERM in the middle of the point
             outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -324,11 +328,18 @@ class PointRunner:
             self.broken[spec.key()].what += f" (teardown failed: {exc})"
 
     def _measure(
-        self, point: Point, spec: ServerSpec, pool: ServingPool, bench: BenchFn, outcome: PointOutcome
+        self,
+        point: Point,
+        spec: ServerSpec,
+        pool: ServingPool,
+        bench: BenchFn,
+        outcome: PointOutcome,
+        then: Point | None = None,
     ) -> None:
-        """The point's phases, in order: 1 launch, 2 bench (watched, with telemetry), 3 log scan, 4 the
-        bench's metrics and telemetry summary, 5 the liveness verdict, 6 the config re-check, 7 the oracle,
-        8 client-boundness.  A phase that fails the point ends it."""
+        """The point's phases, in order: 1 launch, 2 bench (watched, with telemetry), then the next point's
+        server starting early (:meth:`_prepare_next`), 3 log scan, 4 the bench's metrics and telemetry summary,
+        5 the liveness verdict, 6 the config re-check, 7 the oracle, 8 client-boundness.  A phase that fails
+        the point ends it."""
         server = self._launch(point, spec, pool, outcome)
         if server is None:
             return
@@ -337,6 +348,8 @@ class PointRunner:
         out_dir = self.store.point_dir(point.id)
         with point_telemetry(server, pool.launcher, out_dir) as telemetry:
             result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
+        if crash is None:
+            self._prepare_next(pool, spec, then)
         findings = self._scan(server, mark, outcome)
         if result is not None:
             self._record(point, result, out_dir, outcome)
@@ -348,6 +361,18 @@ class PointRunner:
             self._crashed(pool, spec, point, outcome, crash)
             return
         self._judge(server, spec, outcome)
+
+    def _prepare_next(self, pool: ServingPool, spec: ServerSpec, then: Point | None) -> None:
+        """After the bench, nothing of this point is measured any more: the pool may start the next point's
+        server now (``ServingPool.prepare``), beside this one, whose post-bench phases still use it."""
+        if then is None or then.id in self.outcomes:
+            return
+        nxt = self.spec_for(then)
+        if nxt == spec or nxt.key() in self.broken:
+            return
+        if self.settings.resume and self.store.finished(then.id) is not None:
+            return
+        pool.prepare(nxt)
 
     def _crashed(
         self, pool: ServingPool, spec: ServerSpec, point: Point, outcome: PointOutcome, crash: tuple[str, str]
