@@ -8,18 +8,17 @@ or subprocess run it starts, sees only what the test itself sets.  Infrastructur
 ``pytest unit/`` is the inner loop: the end-to-end checks marked ``slow`` (a real vLLM server, the real SGLang
 parsers, network-namespace SSH hosts, hangs waiting out the default 30 s stall timeout, signals mid-run, ...) are
 deselected unless ``--run-slow`` is given; ``.ci/run`` runs them as their own phase (``pytest unit/ --run-slow -m
-slow``).  Both run on xdist workers unless told otherwise (``-n 0``, ``-p no:xdist``, ``--pdb``), every worker of
-the slow phase with its own network-namespace hosts.
-The numerics, metrics, option parsing, oracle and the embedded engine's end-to-end tests stay in the
-inner loop.  Inner pytest runs (pytester, ``python -m pytest``) leave out the third-party plugins that none of them
-uses (hypothesis, anyio): loading them is most of a bare pytest start-up here.
+slow``); the inner loop runs on xdist workers unless told otherwise (``-n 0``, ``-p no:xdist``, ``--pdb``), the slow
+phase only when told (``-n N``: every worker with its own network-namespace hosts).  The numerics, metrics,
+option parsing, oracle and the embedded engine's end-to-end tests stay in the inner loop.  Inner pytest runs
+(pytester, ``python -m pytest``) leave out the third-party plugins that none of them uses (hypothesis, anyio):
+loading them is most of a bare pytest start-up here.
 """
 
 from __future__ import annotations
 
 import gc
 import os
-from pathlib import Path
 
 import pytest
 import sqlalchemy.dialects.postgresql
@@ -61,50 +60,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """``pytest unit/`` as typed runs the inner loop on every core (xdist's ``-n auto --dist worksteal``); the slow
-    phase (``--run-slow``) on up to :data:`SLOW_WORKERS` workers: its end-to-end checks mostly wait (hangs that
-    wait out a stall timeout, sshd hosts, servers starting), and each worker builds its own network-namespace
-    hosts (:func:`worker_netns_first`).
+    """``pytest unit/`` as typed runs the inner loop on every core (xdist's ``-n auto --dist worksteal``).
 
-    Only when nothing says otherwise: ``-n N`` / ``-n 0`` (explicit), ``-p no:xdist``, ``--pdb``, ``--collect-only``
-    and an xdist worker itself keep pytest's own behaviour.  Runs before xdist's ``pytest_cmdline_main`` (a
-    conftest registers after the plugin, so its ``tryfirst`` implementation is called first), which turns
-    ``auto`` into the core count.
+    Only when nothing says otherwise: ``-n N`` / ``-n 0`` (explicit), ``-p no:xdist``, ``--pdb``, ``--collect-only``,
+    ``--run-slow`` and an xdist worker itself keep pytest's own behaviour.  The slow phase stays serial by
+    default: its real vLLM server and its embedded A/B checks of a few milliseconds measure, and two of them
+    side by side on a loaded 2-core box came out inconclusive / timed out (measured); ``-n N`` runs it on N
+    workers, each with its own network-namespace hosts (:func:`worker_netns_first`).  Runs before xdist's
+    ``pytest_cmdline_main`` (a conftest registers after the plugin, so its ``tryfirst`` implementation is called
+    first), which turns ``auto`` into the core count.
     """
     opt = config.option
     if not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if getattr(opt, "numprocesses", None) is not None or getattr(opt, "dist", "no") != "no":
         return
-    cores = os.cpu_count() or 1
-    if opt.usepdb or opt.collectonly or cores < 2:
+    if opt.usepdb or opt.collectonly or config.getoption(RUN_SLOW) or (os.cpu_count() or 1) < 2:
         return
-    if config.getoption(RUN_SLOW) and _names_twin(config):
-        return  # the twin phase (.ci/twin_job.sh) stays serial: its calibrated stand-in cluster measures
-    opt.numprocesses = min(SLOW_WORKERS, cores) if config.getoption(RUN_SLOW) else "auto"
+    opt.numprocesses = "auto"
     opt.dist = "worksteal"
 
 
-def _names_twin(config: pytest.Config) -> bool:
-    """The session names ``unit/twin`` or a file in it (the twin phase; unit/twin/conftest.py's rule)."""
-    for arg in config.args:
-        p = Path(str(arg).split("::")[0]).resolve()
-        if p == _TWIN or _TWIN in p.parents:
-            return True
-    return False
-
-
-_TWIN = Path(__file__).resolve().parent / "twin"
-
-SLOW_WORKERS = 4
-"""The slow phase's default worker count (at most the core count): four instances of network-namespace hosts
-stay apart (:data:`NETNS_STRIDE`)."""
-
 NETNS_STRIDE = 60
-"""How far apart the workers' ``SSKJ_NETNS_FIRST`` lie.  One instance uses FIRST..FIRST+11 (the SSH launcher's
-four hosts and the PD test's eight, unit/deploy/test_pd_over_ssh.py) and FIRST+50..51 (the second-instance test):
-60 apart, workers 0..4 never share a host number, and their /24 nets ((FIRST + 190) % 250, tools/netns_hosts.sh)
-stay distinct.  ``.ci/run`` runs the twin phase beside the slow phase at FIRST+240, clear of workers 0..3."""
+"""How far apart the xdist workers' ``SSKJ_NETNS_FIRST`` lie (``pytest unit/ --run-slow -m slow -n N``).  One
+instance uses FIRST..FIRST+11 (the SSH launcher's four hosts and the PD test's eight,
+unit/deploy/test_pd_over_ssh.py) and FIRST+50..51 (the second-instance test): 60 apart, workers 0..3 never share
+a host number and their /24 nets ((FIRST + 190) % 250, tools/netns_hosts.sh) stay distinct.  ``.ci/run`` runs the
+twin phase beside the slow phase at FIRST+240, clear of workers 0..3."""
 
 
 def worker_netns_first(base: int, worker: str) -> int:
