@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sskj.acceptance.compare import DECIDED, RepeatSample, Verdict, compare
-from pytest_sskj.acceptance.runner import raise_client_priority
 from pytest_sskj.acceptance.sequential import Design, run_sequential
+from pytest_sskj.acceptance.watch import raise_client_priority
 from pytest_sskj.bench import Workload, run_bench
 from pytest_sskj.engines.embedded import VARIANTS
 from pytest_sskj.server.embedded import ensure_tiny_model

@@ -8,9 +8,11 @@ or subprocess run it starts, sees only what the test itself sets.  Infrastructur
 ``pytest unit/`` is the inner loop: the end-to-end checks marked ``slow`` (a real vLLM server, the real SGLang
 parsers, network-namespace SSH hosts, hangs waiting out the default 30 s stall timeout, signals mid-run, ...) are
 deselected unless ``--run-slow`` is given; ``.ci/run`` runs them as their own phase (``pytest unit/ --run-slow -m
-slow``).  The numerics, metrics, option parsing, oracle and the embedded engine's end-to-end tests stay in the
-inner loop.  Inner pytest runs (pytester, ``python -m pytest``) leave out the third-party plugins that none of them
-uses (hypothesis, anyio): loading them is most of a bare pytest start-up here.
+slow``); the inner loop runs on xdist workers unless told otherwise (``-n 0``, ``-p no:xdist``, ``--pdb``), the slow
+phase only when told (``-n N``: every worker with its own network-namespace hosts).  The numerics, metrics,
+option parsing, oracle and the embedded engine's end-to-end tests stay in the inner loop.  Inner pytest runs
+(pytester, ``python -m pytest``) leave out the third-party plugins that none of them uses (hypothesis, anyio):
+loading them is most of a bare pytest start-up here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import gc
 import os
 
+import httpcore._backends.sync
+import httpx
 import pytest
 import sqlalchemy.dialects.postgresql
 import sqlalchemy.dialects.sqlite
@@ -27,8 +31,10 @@ from pytest_sskj.subsystems import OPTIONS
 # In-process pytester runs restore ``sys.modules`` afterwards, dropping what they imported; SQLAlchemy's dialect
 # modules register functions in a registry that outlives them, so a dialect first imported inside an inner run
 # and imported again later warns "GenericFunction ... is already registered" (an error here).  Imported once
-# up front, they are never dropped.
-_PRELOADED = (sqlalchemy.dialects.postgresql, sqlalchemy.dialects.sqlite)
+# up front, they are never dropped.  httpx likewise: a copy of httpcore imported again after an inner run
+# dropped the first raises exception classes httpx's mapping does not know (a raw ``httpcore.ConnectError``
+# escapes ``except httpx.HTTPError``: seen in test_runner_store under xdist's ordering).
+_PRELOADED = (sqlalchemy.dialects.postgresql, sqlalchemy.dialects.sqlite, httpx, httpcore._backends.sync)
 
 RUN_SLOW = "--run-slow"
 SLOW_HINT = "pytest unit/ --run-slow -m slow"
@@ -61,9 +67,12 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     """``pytest unit/`` as typed runs the inner loop on every core (xdist's ``-n auto --dist worksteal``).
 
     Only when nothing says otherwise: ``-n N`` / ``-n 0`` (explicit), ``-p no:xdist``, ``--pdb``, ``--collect-only``,
-    ``--run-slow`` (the slow phase builds netns hosts and sends signals: it stays serial) and an xdist worker
-    itself keep pytest's own behaviour.  Runs before xdist's ``pytest_cmdline_main`` (a conftest registers after
-    the plugin, so its ``tryfirst`` implementation is called first), which turns ``auto`` into the core count.
+    ``--run-slow`` and an xdist worker itself keep pytest's own behaviour.  The slow phase stays serial by
+    default: its real vLLM server and its embedded A/B checks of a few milliseconds measure, and two of them
+    side by side on a loaded 2-core box came out inconclusive / timed out (measured); ``-n N`` runs it on N
+    workers, each with its own network-namespace hosts (:func:`worker_netns_first`).  Runs before xdist's
+    ``pytest_cmdline_main`` (a conftest registers after the plugin, so its ``tryfirst`` implementation is called
+    first), which turns ``auto`` into the core count.
     """
     opt = config.option
     if not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
@@ -74,6 +83,32 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         return
     opt.numprocesses = "auto"
     opt.dist = "worksteal"
+
+
+NETNS_STRIDE = 60
+"""How far apart the xdist workers' ``SSKJ_NETNS_FIRST`` lie (``pytest unit/ --run-slow -m slow -n N``).  One
+instance uses FIRST..FIRST+11 (the SSH launcher's four hosts and the PD test's eight,
+unit/deploy/test_pd_over_ssh.py) and FIRST+50..51 (the second-instance test): 60 apart, workers 0..3 never share
+a host number and their /24 nets ((FIRST + 190) % 250, tools/netns_hosts.sh) stay distinct.  ``.ci/run`` runs the
+twin phase beside the slow phase at FIRST+240, clear of workers 0..3."""
+
+
+def worker_netns_first(base: int, worker: str) -> int:
+    """The ``SSKJ_NETNS_FIRST`` of xdist worker ``gwN``: ``base + N * NETNS_STRIDE`` (``base`` outside xdist)."""
+    n = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    return base + n * NETNS_STRIDE
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker gets its own network-namespace instance: the test modules read ``SSKJ_NETNS_FIRST`` (and
+    ``SSKJ_NETNS_DIR``) when they are imported, which is after this, at collection."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return
+    base = int(os.environ.get("SSKJ_NETNS_FIRST", "601"))
+    os.environ["SSKJ_NETNS_FIRST"] = str(worker_netns_first(base, worker))
+    if os.environ.get("SSKJ_NETNS_DIR"):
+        os.environ["SSKJ_NETNS_DIR"] += f"-{worker}"
 
 
 @pytest.hookimpl(optionalhook=True)

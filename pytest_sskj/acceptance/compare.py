@@ -130,16 +130,36 @@ def _t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t > 0 else tail
 
 
+def _t_pdf(t: float, df: float) -> float:
+    return math.exp(
+        math.lgamma((df + 1.0) / 2.0)
+        - math.lgamma(df / 2.0)
+        - 0.5 * math.log(df * math.pi)
+        - (df + 1.0) / 2.0 * math.log1p(t * t / df)
+    )
+
+
 def t_quantile(q: float, df: float) -> float:
-    """The ``q`` quantile (``q`` > 0.5) of Student's t with ``df`` degrees of freedom (bisection)."""
-    lo, hi = 0.0, 1e6
-    for _ in range(80):
-        mid = (lo + hi) / 2.0
-        if _t_cdf(mid, df) < q:
-            lo = mid
+    """The ``q`` quantile (``q`` > 0.5) of Student's t with ``df`` degrees of freedom.
+
+    Newton's method on the CDF, safeguarded by the bracket it keeps (a step leaving it bisects, or doubles
+    while no upper bound is known): a handful of CDF evaluations instead of bisection's 80 (the comparison
+    and the sequential design call it for every look); the same root to ~1e-12 relative."""
+    lo, hi = 0.0, math.inf
+    x = 2.0
+    for _ in range(200):
+        f = _t_cdf(x, df) - q
+        if f < 0:
+            lo = x
         else:
-            hi = mid
-    return (lo + hi) / 2.0
+            hi = x
+        nx = x - f / _t_pdf(x, df)
+        if not lo < nx < hi:
+            nx = (lo + hi) / 2.0 if hi < math.inf else 2.0 * x
+        if abs(nx - x) <= 1e-13 * max(1.0, abs(nx)):
+            return nx
+        x = nx
+    return x
 
 
 def welch_log(base: Sequence[float], cand: Sequence[float]) -> tuple[float, float, float] | None:

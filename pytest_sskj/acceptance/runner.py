@@ -7,11 +7,13 @@ the spec'd configuration -> the contract's result row, written to the point stor
 and a log excerpt, tears the server down, and every later point of the same server spec is reported
 ``not run: server crashed at <point>`` at once instead of hanging.  The runner keeps per-session state
 (outcomes, broken specs) on its own object, which lives in ``config.stash``.
+
+``PointRunner._measure`` is the point as the sequence of its phases (each a method named after it); the
+watched bench phase itself (thread, liveness polling, client priority) is :mod:`pytest_sskj.acceptance.watch`.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ import pytest
 from pytest_sskj.acceptance import matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
+from pytest_sskj.acceptance.watch import raise_client_priority, run_watched
 from pytest_sskj.bench.result import BenchFn, BenchOutcome
 from pytest_sskj.engines import cache_resets, get_engine
 from pytest_sskj.errors import (
@@ -59,7 +62,6 @@ __all__ = [
 ]
 
 _SAMPLE_KEYS = ("ttft", "e2e_latency", "tpot")
-_WATCH_INTERVAL_S = 0.25
 
 
 ProgressFn = Callable[[Point, int, int], None]
@@ -222,8 +224,12 @@ class PointRunner:
         return outcome
 
     # -- the point -------------------------------------------------------------------------------------
-    def run(self, point: Point, pool: ServingPool, bench: BenchFn, *, test_id: str = "") -> PointOutcome:
-        """Run ``point`` (or return its outcome from this session, or from disk on ``--resume``)."""
+    def run(
+        self, point: Point, pool: ServingPool, bench: BenchFn, *, test_id: str = "", then: Point | None = None
+    ) -> PointOutcome:
+        """Run ``point`` (or return its outcome from this session, or from disk on ``--resume``); ``then``: the
+        point that runs next, whose server (when it is another one) the pool may start once this point's bench
+        is over (``ServingPool.prepare``)."""
         if point.id in self.outcomes:
             return self.outcomes[point.id]
         if self.settings.resume:
@@ -249,7 +255,7 @@ class PointRunner:
         self.store.reset(point.id)  # a re-measured point replaces an aborted attempt's records
         t0 = time.perf_counter()
         try:
-            self._measure(point, spec, pool, bench, outcome)
+            self._measure(point, spec, pool, bench, outcome, then)
         except BaseException as exc:  # pytest-timeout (signal method), Ctrl-C or SIGTERM in the middle of the point
             outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -322,10 +328,18 @@ class PointRunner:
             self.broken[spec.key()].what += f" (teardown failed: {exc})"
 
     def _measure(
-        self, point: Point, spec: ServerSpec, pool: ServingPool, bench: BenchFn, outcome: PointOutcome
+        self,
+        point: Point,
+        spec: ServerSpec,
+        pool: ServingPool,
+        bench: BenchFn,
+        outcome: PointOutcome,
+        then: Point | None = None,
     ) -> None:
-        """The point's phases: launch, bench (watched), log scan, the bench's verdict, the liveness verdict,
-        the config re-check, the oracle, client-boundness."""
+        """The point's phases, in order: 1 launch, 2 bench (watched, with telemetry), then the next point's
+        server starting early (:meth:`_prepare_next`), 3 log scan, 4 the bench's metrics and telemetry summary,
+        5 the liveness verdict, 6 the config re-check, 7 the oracle, 8 client-boundness.  A phase that fails
+        the point ends it."""
         server = self._launch(point, spec, pool, outcome)
         if server is None:
             return
@@ -334,6 +348,8 @@ class PointRunner:
         out_dir = self.store.point_dir(point.id)
         with point_telemetry(server, pool.launcher, out_dir) as telemetry:
             result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
+        if crash is None:
+            self._prepare_next(pool, spec, then)
         findings = self._scan(server, mark, outcome)
         if result is not None:
             self._record(point, result, out_dir, outcome)
@@ -342,10 +358,32 @@ class PointRunner:
                 _attach_file(out_dir / str(outcome.row["telemetry_plot"]), f"telemetry {out_dir.name}")
         crash = crash or self._after_bench(point, spec, server, result, findings)
         if crash is not None:
-            self._break(pool, spec, point, "hung" if crash[0] in ("timeout", "hang") else "crashed")
-            allure_text(f"log excerpt {point.id}", crash[1])
-            self._fail(outcome, crash[0], crash[1])
+            self._crashed(pool, spec, point, outcome, crash)
             return
+        self._judge(server, spec, outcome)
+
+    def _prepare_next(self, pool: ServingPool, spec: ServerSpec, then: Point | None) -> None:
+        """After the bench, nothing of this point is measured any more: the pool may start the next point's
+        server now (``ServingPool.prepare``), beside this one, whose post-bench phases still use it."""
+        if then is None or then.id in self.outcomes:
+            return
+        nxt = self.spec_for(then)
+        if nxt == spec or nxt.key() in self.broken:
+            return
+        if self.settings.resume and self.store.finished(then.id) is not None:
+            return
+        pool.prepare(nxt)
+
+    def _crashed(
+        self, pool: ServingPool, spec: ServerSpec, point: Point, outcome: PointOutcome, crash: tuple[str, str]
+    ) -> None:
+        """Phase 5 failed: the server is torn down and its spec broken; the point fails with the excerpt."""
+        self._break(pool, spec, point, "hung" if crash[0] in ("timeout", "hang") else "crashed")
+        allure_text(f"log excerpt {point.id}", crash[1])
+        self._fail(outcome, crash[0], crash[1])
+
+    def _judge(self, server: Serving, spec: ServerSpec, outcome: PointOutcome) -> None:
+        """Phases 6-8: the server still runs its spec, the oracle's reasons, client-boundness -> passed."""
         with allure_step("server still reports the spec'd configuration"):
             bad = current_config_problems(server, spec)
         if bad:
@@ -466,109 +504,51 @@ class PointRunner:
     def _bench_watched(
         self, point: Point, spec: ServerSpec, pool: ServingPool, bench: BenchFn, server: Serving, out_dir: Path
     ) -> tuple[BenchOutcome | None, tuple[str, str] | None]:
-        """Run the bench in a thread; poll ``check_alive`` here.  Returns (result, (category, message))."""
+        """Phase 2: the bench, watched (:func:`~pytest_sskj.acceptance.watch.run_watched`): (result, crash)."""
         from pytest_sskj.report import allure
 
-        box: dict[str, Any] = {}
         n_total = self.requests_for(point)
-
         counts = [0, n_total]
 
         def progress(done: int, total: int) -> None:  # called on the bench thread: only record
             counts[0], counts[1] = done, total
 
-        def draw() -> None:  # on this thread, where drawing (and suspending capture) is safe
+        def draw() -> None:  # on the watching thread, where drawing (and suspending capture) is safe
             if self.progress is not None:
                 self.progress(point, counts[0], counts[1])
 
         workload = self.workload(point)  # imported here, not in the thread
         timeouts = self.timeouts(point)
+        s = self.settings
 
-        def work() -> None:
-            box["client_priority"] = raise_client_priority()
-            s = self.settings
-            box["cpus"] = measured_fields(s.cpu_partition, local=_local_launch(s), run_cpus=s.run_cpus)
-            try:
-                box["result"] = bench(
-                    server.urls,
-                    workload,
-                    out_dir,
-                    repeat=point.repeat,
-                    label=point.id,
-                    progress=progress,
-                    timeouts=timeouts,
-                    cache_reset=cache_resets(self.settings.engine),
-                )
-            except BaseException as exc:  # reported on the watching thread
-                box["error"] = exc
-
-        thread = threading.Thread(target=work, name=f"sskj-bench-{point.id}", daemon=True)
-        crash: tuple[str, str] | None = None
+        def run() -> BenchOutcome:
+            return bench(
+                server.urls,
+                workload,
+                out_dir,
+                repeat=point.repeat,
+                label=point.id,
+                progress=progress,
+                timeouts=timeouts,
+                cache_reset=cache_resets(s.engine),
+            )
 
         def crashed(exc: BaseException) -> str:
             return f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}"
 
-        with allure.step(f"bench: warmup {self.settings.warmup}, {n_total} requests at C={point.concurrency}"):
-            draw()
-            thread.start()
-            try:
-                while thread.is_alive():
-                    thread.join(_WATCH_INTERVAL_S)
-                    draw()
-                    if not thread.is_alive():
-                        break
-                    try:
-                        server.check_alive()
-                    except ServerCrashed as exc:
-                        crash = ("crash", crashed(exc))
-                        break
-            except BaseException:
-                # pytest-timeout (signal method) or Ctrl-C while the server hangs: cancel the in-flight requests
-                # first (no server left "cleaning up" with requests open), then tear it down, mark it
-                from pytest_sskj.interrupts import stop_thread
-
-                stop_thread(thread)
-                self._break(pool, spec, point, "hung")
-                raise
-        if crash is not None:
-            self._break(pool, spec, point, "crashed")  # makes the in-flight requests fail fast
-            thread.join(60.0)
-        err = box.get("error")
-        if err is not None and crash is None:
-            if isinstance(err, ServerCrashed):
-                crash = ("crash", crashed(err))
-            else:
-                try:
-                    server.check_alive()
-                except ServerCrashed as exc:
-                    crash = ("crash", crashed(exc))
-                else:
-                    crash = ("bench", f"the bench client failed during {point.id}: {type(err).__name__}: {err}")
-        self._client_priority = str(box.get("client_priority") or "")
-        self._cpus = dict(box.get("cpus") or {})
-        result: BenchOutcome | None = box.get("result")
-        return result, crash
-
-
-CLIENT_NICE = -10
-"""Niceness of the bench thread where the OS allows it (root / CAP_SYS_NICE): the client's timestamps must
-not wait behind the shared box's other work (client-bound points); it uses a few % of one core."""
-
-
-def raise_client_priority() -> str:
-    """Give the calling (bench) thread niceness :data:`CLIENT_NICE`; says what happened, never raises."""
-    import os
-
-    if not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
-        return "unchanged (no per-thread priority on this OS)"
-    tid = threading.get_native_id()
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, tid)
-        if before > CLIENT_NICE:
-            os.setpriority(os.PRIO_PROCESS, tid, CLIENT_NICE)
-        return f"nice {os.getpriority(os.PRIO_PROCESS, tid)} (was {before})"
-    except OSError as exc:
-        return f"unchanged ({exc.strerror or exc})"
+        with allure.step(f"bench: warmup {s.warmup}, {n_total} requests at C={point.concurrency}"):
+            watched = run_watched(
+                name=point.id,
+                server=server,
+                bench=run,
+                cpus=lambda: measured_fields(s.cpu_partition, local=_local_launch(s), run_cpus=s.run_cpus),
+                crashed=crashed,
+                on_crash=lambda what: self._break(pool, spec, point, what),
+                draw=draw,
+            )
+        self._client_priority = watched.client_priority
+        self._cpus = watched.cpus
+        return watched.result, watched.crash
 
 
 def _local_launch(settings: Settings) -> bool:

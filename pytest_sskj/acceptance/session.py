@@ -116,12 +116,27 @@ class Acceptance:
                     self.runner.outcomes[point.id] = out
                     return out
             try:
-                outcome = self.runner.run(point, self.pool(), self.bench(), test_id=test_id)
+                outcome = self.runner.run(
+                    point, self.pool(), self.bench(), test_id=test_id, then=self._next_point(item)
+                )
             finally:
                 self.live.finish()
         if item is not None and not outcome.resumed:
             self._attach_server(item, point)
         return outcome
+
+    def _next_point(self, item: pytest.Item | None) -> Point | None:
+        """The serving point of the test right after ``item`` (``None``: the next test is not one, or this
+        is an xdist worker, whose next test the scheduler decides)."""
+        if item is None or hasattr(self.config, "workerinput"):
+            return None
+        items = item.session.items
+        at = next((i for i, it in enumerate(items) if it is item), None)
+        if at is None or at + 1 >= len(items):
+            return None
+        callspec = getattr(items[at + 1], "callspec", None)
+        nxt = callspec.params.get("sskj_point") if callspec is not None else None
+        return nxt if isinstance(nxt, Point) else None
 
     def _attach_server(self, item: pytest.Item, point: Point) -> None:
         """Let the server fixtures' report hook attach log findings / tails of this test's window."""

@@ -253,6 +253,9 @@ class DeploymentPool:
     def stop(self, spec: ServerSpec) -> None:
         self._stop_all()
 
+    def prepare(self, spec: ServerSpec) -> None:
+        """A deployment's groups hold every GPU of its nodes: nothing starts early (the seam's no-op)."""
+
     def _stop_all(self) -> None:
         if self.router is not None:
             self.router.terminate(15.0)

@@ -14,10 +14,12 @@ oracle window, liveness).  With ``--target-url`` the pool launches nothing and r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,6 +211,9 @@ class ServerPool:
         self.closed = False
         self.close_report: CloseReport | None = None
         self._addresses: dict[str, str] = {}
+        self._pending: dict[ServerSpec, Future[RunningServer]] = {}
+        """Servers :meth:`prepare` is starting in the background (one at a time), by spec."""
+        self._executor: ThreadPoolExecutor | None = None
 
     # -- launcher ------------------------------------------------------------------------------------
     @property
@@ -227,7 +232,8 @@ class ServerPool:
 
     # -- the public API ------------------------------------------------------------------------------
     def get(self, spec: ServerSpec) -> RunningServer:
-        """The running server for ``spec``: reused, or started (stopping any other spec's server first)."""
+        """The running server for ``spec``: reused, prepared (:meth:`prepare`), or started (stopping any other
+        spec's server first)."""
         if self.closed:
             raise ServerLaunchError("the server pool is closed (session teardown or SIGTERM); nothing is launched")
         if self.target_url is not None:
@@ -241,11 +247,18 @@ class ServerPool:
             if running.alive() and not broken:
                 return running
             self.stop(spec)  # it died, or logged a fatal signature, between tests: start a fresh one
+        failed_before = spec in self.failed
+        self._settle_pending(keep=spec)
+        prepared = self.running.get(spec)
         if spec in self.failed:
             err = self.failed[spec]
+            if not failed_before:  # its prepared start failed just now: the launch's own error
+                raise err
             raise type(err)(f"{err}\n  (this spec already failed to start earlier in this session; not retried)")
         for other in [s for s in self.running if s != spec]:
             self.stop(other)
+        if prepared is not None:
+            return prepared
         try:
             server = self._start(spec)
         except ServerError as exc:
@@ -254,8 +267,42 @@ class ServerPool:
         self.running[spec] = server
         return server
 
+    def prepare(self, spec: ServerSpec) -> None:
+        """Start ``spec``'s server in the background while the current one still runs, so that the next
+        :meth:`get` of ``spec`` finds it healthy (or raises what its start raised).
+
+        Only for engines whose servers may share the machine for a moment (``Engine.restart_cost ==
+        "cheap"``: the embedded CPU engine; two GPU servers would compete for the same GPUs), and only when
+        nothing is measured meanwhile: the acceptance runner asks after a point's bench, while the point's
+        post-bench phases (log scan, records, config re-check, agreement probes) run.  A no-op for an external,
+        running, failed or already prepared spec.  A prepared server that no :meth:`get` asks for is stopped
+        at the next :meth:`get` (a redundant start, counted as such) or at :meth:`close`."""
+        if self.closed or self.target_url is not None or self._pending:
+            return
+        if spec in self.running or spec in self.failed or get_engine(spec.engine).restart_cost != "cheap":
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sskj-prepare")
+        self._pending[spec] = self._executor.submit(self._start, spec)
+
+    def _settle_pending(self, keep: ServerSpec | None = None) -> None:
+        """Wait for the prepared servers: ``keep``'s joins :attr:`running` (or :attr:`failed`), any other
+        spec's is stopped again."""
+        for spec, fut in list(self._pending.items()):
+            del self._pending[spec]
+            try:
+                server = fut.result()
+            except ServerError as exc:
+                self.failed[spec] = exc
+                continue
+            self.running[spec] = server
+            if spec != keep:
+                self.stop(spec)
+
     def stop(self, spec: ServerSpec) -> None:
         """Stop the server of ``spec`` (every rank's whole process tree); a no-op when it is not running."""
+        if spec in self._pending:
+            self._settle_pending(keep=spec)
         server = self.running.pop(spec, None)
         if server is None:
             return
@@ -275,9 +322,13 @@ class ServerPool:
         self.closed = True
         t0 = time.perf_counter()
         # every server's every rank at once (an interrupted run with a PD deployment or several pools waits for
-        # the slowest stop, not their sum), anything left from a failed start included; then each spec's release
-        # and final log scan (its handles are gone by then: no second stop)
+        # the slowest stop, not their sum), anything left from a failed start and a prepared start still waiting
+        # for health included (it then fails fast); then each spec's release and final log scan
         self._terminate(self.launched)
+        with contextlib.suppress(Exception):  # a prepared start that raised: its processes are in self.launched
+            self._settle_pending()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
         for spec in list(self.running):
             self.stop(spec)
         leftover = {_rank_key(h.node, h.rank): pids for h in self.launched if (pids := h.pids())}
@@ -330,8 +381,6 @@ class ServerPool:
             for h in todo:
                 h.terminate(self.stop_timeout_s)
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="sskj-stop") as ex:
             for fut in [ex.submit(h.terminate, self.stop_timeout_s) for h in todo]:
                 fut.result()

@@ -70,6 +70,11 @@ class ServingPool(Protocol):
         """Stop the deployment of ``spec`` (every process tree on every node)."""
         ...
 
+    def prepare(self, spec: ServerSpec) -> None:
+        """Start ``spec`` early, while nothing is measured, where the engine allows two deployments at once
+        (a no-op elsewhere); the next ``get(spec)`` returns it."""
+        ...
+
     @property
     def launcher(self) -> Launcher | None:
         """What starts processes on the deployment's nodes (telemetry samplers run through it); ``None``: none

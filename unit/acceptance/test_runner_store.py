@@ -68,6 +68,7 @@ class FakePool:
         self.fail_start = fail_start
         self.servers: dict[ServerSpec, FakeServer] = {}
         self.stopped: list[str] = []
+        self.prepared: list[str] = []
         self.gets = 0
 
     def get(self, spec: ServerSpec) -> FakeServer:
@@ -75,6 +76,9 @@ class FakePool:
         if self.fail_start:
             raise ServerLaunchError(f"{spec.label}: local rank 0 exited with code 3 before it was healthy")
         return self.servers.setdefault(spec, FakeServer(spec))
+
+    def prepare(self, spec: ServerSpec) -> None:
+        self.prepared.append(spec.label)
 
     def stop(self, spec: ServerSpec) -> None:
         self.stopped.append(spec.label)

@@ -215,6 +215,7 @@ OWN = (
     "bench/runner.py",
     "deploy/pool.py",
     "acceptance/runner.py",
+    "acceptance/watch.py",
     "acceptance/curve.py",
     "vocabulary.py",
     "stash.py",

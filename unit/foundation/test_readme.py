@@ -71,6 +71,7 @@ def test_unit_suite_as_typed_runs_on_every_core_and_stays_debuggable(tmp_path: P
         return proc.stdout
 
     assert "workers [" in run(), "expected `pytest unit/...` as typed to run xdist workers"
-    for extra in (("-n", "0"), ("-p", "no:xdist"), ("--pdb",)):
+    assert "workers [" in run("--run-slow", "-n", "2"), "expected `-n 2` to run the slow phase on xdist workers"
+    for extra in (("-n", "0"), ("-p", "no:xdist"), ("--pdb",), ("--run-slow",)):
         out = run(*extra)
         assert "workers [" not in out, f"expected {' '.join(extra)} to run serially, saw xdist workers:\n{out[-800:]}"

@@ -38,7 +38,9 @@ def test_a_run_summary_shows_the_terminal_counts_deselections_and_overhead_line(
             sys.executable,
             *("-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", str(ROOT / "acceptance")),
             *("--reports-dir", "rep", "--run-id", "s1", "--requests", "4", "--repeats", "1", "--concurrency", "1"),
-            *("--sskj-allow-client-bound", "-k", "serving and microbatch"),
+            # one small point (one chunk: the chunk curve is deselected as not applicable, one more line to find)
+            *("--isl", "64", "--osl", "2", "--chunk", "512", "--sskj-search", "none"),
+            *("--sskj-allow-client-bound", "-k", "serving and parallel"),
         ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

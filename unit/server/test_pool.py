@@ -79,6 +79,49 @@ def test_pool_reuses_a_spec_and_stops_the_old_server_before_switching(tmp_path: 
         pool.get(PARALLEL)
 
 
+def test_a_prepared_server_starts_beside_the_running_one_and_the_next_get_takes_it(tmp_path: Path) -> None:
+    """``prepare`` (the embedded engine: cheap restarts, servers may share the machine for a moment) starts the
+    next spec while the current one runs; ``get`` of it returns that server (one start) and stops the old one;
+    a prepared server nobody asks for is stopped at the next ``get`` (its start counted); close leaves nothing."""
+    launcher = RecordingLauncher()
+    pool = _pool(tmp_path, launcher=launcher)
+    try:
+        a = pool.get(PARALLEL)
+        old_pids = [p for pids in a.pids().values() for p in pids]
+        pool.prepare(SERIAL)
+        pool.prepare(SERIAL)  # already being prepared: nothing more starts
+        assert pool.get(PARALLEL) is a, "the running spec is still served while the next one starts"
+        b = pool.get(SERIAL)
+        assert launcher.alive_at_start[1] == old_pids, (
+            f"the serial server started beside the parallel one: {launcher.alive_at_start}"
+        )
+        assert b.alive() and list(pool.running) == [SERIAL] and not any(psutil.pid_exists(p) for p in old_pids)
+        assert pool.starts == {PARALLEL.key(): 1, SERIAL.key(): 1}, pool.starts
+        pool.prepare(PARALLEL)
+        c = pool.get(PARALLEL.with_(chunk=256))  # not the prepared spec: the prepared server is stopped
+        assert list(pool.running) == [PARALLEL.with_(chunk=256)] and c.alive()
+        assert pool.starts[PARALLEL.key()] == 2, "the unused prepared start is counted (a redundant start)"
+        pool.prepare(SERIAL)
+    finally:
+        report = pool.close()
+    assert report.clean and report.launched == 5, report.line()
+
+
+def test_a_prepared_start_that_fails_raises_its_own_error_at_get_and_is_not_retried(tmp_path: Path) -> None:
+    pool = _pool(tmp_path)
+    bad = PARALLEL.with_(extra_args=("--batch", "0"))
+    try:
+        pool.prepare(bad)
+        with pytest.raises(ServerLaunchError, match=r"exited with code 2[\s\S]*--batch \(0\) must be >= 1") as e:
+            pool.get(bad)
+        assert "not retried" not in str(e.value), "its own launch error, not the retry refusal"
+        with pytest.raises(ServerLaunchError, match="not retried"):
+            pool.get(bad)
+        assert len(pool.launched) == 1
+    finally:
+        assert pool.close().clean
+
+
 def test_pool_detects_a_crash_and_fatal_log_lines_in_the_test_window(tmp_path: Path) -> None:
     pool = _pool(tmp_path)
     try:
