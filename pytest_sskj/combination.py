@@ -8,6 +8,7 @@ layout combination is checked (:func:`check_combination`), then the generic chec
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -33,6 +34,7 @@ def dimensions(
     reference-job defaults are dropped where they do not belong (:func:`pytest_sskj.profile.settle_matrix`)."""
     from pytest_sskj.profile import settle_matrix
 
+    _deployment_target(values, sources, opts)
     settle_matrix(values, dict(sources) if not isinstance(sources, dict) else sources,
                   get_engine(values["engine"]).backends, profile)  # fmt: skip
     tables = profile.layouts if profile else ()
@@ -64,6 +66,30 @@ def dimensions(
                 "backend, chunk, server_args, env; router: port, node, policy)\n  Hint: fix the key the message names"
             ) from None
         _bind_deployment(values, profile, sources, opts, topo)
+
+
+def _deployment_target(values: dict[str, Any], sources: Mapping[str, str], opts: Mapping[str, Option]) -> None:
+    """``--sskj-deployment NAME``: the named deployment's URL is the run's ``--target-url``."""
+    name = values.get("serve_deployment")
+    if not name:
+        return
+    opt = opts["serve_deployment"]
+    src = where(sources.get("serve_deployment", "cli"), opt, None)
+    if values.get("target_url"):
+        raise usage_error(opt, src, "--target-url is given too: both name the server to benchmark",
+                          "give one of them")  # fmt: skip
+    from pytest_sskj.serve import ServeError, target_url
+
+    try:
+        values["target_url"] = target_url(Path(values["reports_dir"]), str(name))
+    except ServeError as exc:
+        raise pytest.UsageError(
+            f"{opt.display} ({src}): {str(exc).splitlines()[0]}\n  accepted: the name of a deployment started by "
+            "`python -m pytest_sskj serve start NAME` with the same --reports-dir\n  Hint: `python -m pytest_sskj "
+            "serve status` lists them"
+        ) from None
+    if isinstance(sources, dict):
+        sources["target_url"] = sources.get("serve_deployment", "cli")
 
 
 def _bind_deployment(

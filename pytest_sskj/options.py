@@ -149,6 +149,15 @@ OPTIONS: tuple[Option, ...] = (
         metavar="URL",
     ),
     Option(
+        "serve_deployment",
+        ("--sskj-deployment",),
+        "name",
+        "Benchmark the named deployment of `python -m pytest_sskj serve start NAME` (its URL from "
+        "<reports dir>/deployments/NAME.json) and launch nothing; like --target-url, its labels are verified "
+        "against the server",
+        metavar="NAME",
+    ),
+    Option(
         "model_path",
         ("--model-path",),
         "str",

@@ -176,6 +176,9 @@ class Acceptance:
             verdict = self.with_agreement(verdict)
         verdict = jsonable(verdict)
         verdict.setdefault("run_id", self.settings.run_id)
+        unverified = self.config.stash[EXTRA_KEY].get("target_labels_note")  # identity/plugin.py: --target-url
+        if unverified:
+            verdict.update(labels_not_verified=unverified, message=f"{verdict.get('message', '')}; {unverified}")
         self.verdicts.append(verdict)
         name = f"{verdict.get('kind')}-{verdict.get('id')}.json"
         atomic_write_json(self.settings.run_dir / _VERDICT_DIR / name, verdict)
