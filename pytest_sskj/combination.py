@@ -78,16 +78,25 @@ def _deployment_target(values: dict[str, Any], sources: Mapping[str, str], opts:
     if values.get("target_url"):
         raise usage_error(opt, src, "--target-url is given too: both name the server to benchmark",
                           "give one of them")  # fmt: skip
-    from pytest_sskj.serve import ServeError, target_url
+    from pytest_sskj.serve import ServeError, load
 
     try:
-        values["target_url"] = target_url(Path(values["reports_dir"]), str(name))
+        state = load(Path(values["reports_dir"]), str(name))
+        if not state.urls:
+            raise ServeError(f"deployment {name!r} records no URL")
     except ServeError as exc:
         raise pytest.UsageError(
             f"{opt.display} ({src}): {str(exc).splitlines()[0]}\n  accepted: the name of a deployment started by "
             "`python -m pytest_sskj serve start NAME` with the same --reports-dir\n  Hint: `python -m pytest_sskj "
             "serve status` lists them"
         ) from None
+    if state.engine != values["engine"]:
+        raise pytest.UsageError(
+            f"{opt.display} ({src}): deployment {name!r} runs engine {state.engine}, the run is for engine "
+            f"{values['engine']}\n  accepted: the deployment's engine\n  Hint: add --engine {state.engine} "
+            f"(or its profile{': --profile ' + state.profile if state.profile else ''})"
+        )
+    values["target_url"] = state.urls[0]
     if isinstance(sources, dict):
         sources["target_url"] = sources.get("serve_deployment", "cli")
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_sskj.errors import ServerError
 from pytest_sskj.redact import redact_argv
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from pytest_sskj.server.pool import RunningServer
     from pytest_sskj.server.ssh import SshLauncher
     from pytest_sskj.settings import Settings
+
+_T = TypeVar("_T")
 
 __all__ = ["DeploymentStatus", "ServeError", "StopReport", "load", "start", "status", "stop"]
 
@@ -115,7 +117,7 @@ def status(state: DeploymentState, *, ssh_identity: Path | None = None, timeout_
     from pytest_sskj.server.health import probe
 
     ssh = _ssh(state, ssh_identity)
-    ranks = tuple(liveness(r, ssh) for r in state.ranks)
+    ranks = tuple(_each(lambda r: liveness(r, ssh), state.ranks))
     health = tuple((u, *probe(u, state.health_path, timeout_s)) for u in state.urls)
     return DeploymentStatus(state, ranks, health)
 
@@ -123,12 +125,22 @@ def status(state: DeploymentState, *, ssh_identity: Path | None = None, timeout_
 def stop(state: DeploymentState, reports_dir: Path, *, ssh_identity: Path | None = None, timeout_s: float = 15.0) -> StopReport:
     """Stop every rank's tree on its node; the state file is removed once nothing is left."""
     ssh = _ssh(state, ssh_identity)
-    before = [liveness(r, ssh) for r in state.ranks]
-    results = tuple((r, *stop_rank(r, ssh, timeout_s)) for r in state.ranks)
+    before = _each(lambda r: liveness(r, ssh), state.ranks)
+    results = tuple(_each(lambda r: (r, *stop_rank(r, ssh, timeout_s)), state.ranks))
     report = StopReport(state, any(b.alive for b in before), results)
     if report.clean:
         state_path(reports_dir, state.name).unlink(missing_ok=True)
     return report
+
+
+def _each(fn: Callable[[RankState], _T], ranks: Sequence[RankState]) -> list[_T]:
+    """``[fn(r) for r in ranks]``, every node asked at once (a remote rank is a round trip)."""
+    if len(ranks) <= 1:
+        return [fn(r) for r in ranks]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(32, len(ranks)), thread_name_prefix="sskj-serve") as ex:
+        return list(ex.map(fn, ranks))
 
 
 # -- start -----------------------------------------------------------------------------------------------
