@@ -35,6 +35,7 @@ def dimensions(
     from pytest_sskj.profile import settle_matrix
 
     _deployment_target(values, sources, opts)
+    _container_check(values, profile, sources, opts)
     settle_matrix(values, dict(sources) if not isinstance(sources, dict) else sources,
                   get_engine(values["engine"]).backends, profile)  # fmt: skip
     tables = profile.layouts if profile else ()
@@ -99,6 +100,27 @@ def _deployment_target(values: dict[str, Any], sources: Mapping[str, str], opts:
     values["target_url"] = state.urls[0]
     if isinstance(sources, dict):
         sources["target_url"] = sources.get("serve_deployment", "cli")
+
+
+def _container_check(
+    values: dict[str, Any], profile: Profile | None, sources: Mapping[str, str], opts: Mapping[str, Option]
+) -> None:
+    """``--launcher container``: the platform layer's ``[container]`` table (and ``--sskj-container-image``) must
+    make a launchable container at parse time (an image, known keys, absolute mounts)."""
+    if values.get("launcher") != "container":
+        return
+    from pytest_sskj.server.container import container_config
+
+    try:
+        container_config(profile.path if profile else None, values.get("container_image"))
+    except ValueError as exc:
+        opt = opts["launcher"]
+        raise pytest.UsageError(
+            f"{opt.display} container ({where(sources.get('launcher', 'cli'), opt, profile)}): {exc}\n  accepted: a "
+            "platform layer [container] table: image, runtime (docker|podman), mounts ['SRC:DST[:ro]'], gpus "
+            "(all|none|0,1), env {NAME = value}, args [...]\n  Hint: give --sskj-container-image IMAGE, or add "
+            "[container] image = ... to the profile's platform layer"
+        ) from None
 
 
 def _bind_deployment(

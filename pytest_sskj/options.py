@@ -128,9 +128,17 @@ OPTIONS: tuple[Option, ...] = (
         "launcher",
         ("--launcher",),
         "choice",
-        "How servers are started: local (subprocess here) or ssh (one rank per node); default ssh when --nodes "
-        "names hosts other than this one, else local",
-        choices_of=("local", "ssh"),
+        "How servers are started: local (subprocess here), ssh (one rank per node) or container (every rank in "
+        "docker/podman run on its node: the platform layer's [container] table, --sskj-container-image); default "
+        "ssh when --nodes names hosts other than this one, else local",
+        choices_of=("local", "ssh", "container"),
+    ),
+    Option(
+        "container_image",
+        ("--sskj-container-image",),
+        "str",
+        "Image of --launcher container (overrides the platform layer's [container] image)",
+        metavar="IMAGE",
     ),
     Option(
         "placement",

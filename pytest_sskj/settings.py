@@ -114,6 +114,8 @@ class Settings:
     plan_difference_pct: float = 5.0
     plan_spread_pct: float | None = None
     percentile_strict: bool = False
+    container_image: str | None = None
+    """``--sskj-container-image``: the image of ``--launcher container`` (else the platform's ``[container]``)."""
     serve_deployment: str | None = None
     """``--sskj-deployment``: the named deployment (``serve start``) whose URL became ``target_url``."""
     deployment: Topology | None = None

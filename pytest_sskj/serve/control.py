@@ -144,15 +144,25 @@ def _each(fn: Callable[[RankState], _T], ranks: Sequence[RankState]) -> list[_T]
 
 
 # -- start -----------------------------------------------------------------------------------------------
-def _launcher(settings: Settings) -> Launcher:
+def _launcher(settings: Settings, name: str) -> Launcher:
     """The run's launcher kind, without a reaper (the servers outlive this process) or CPU pinning."""
     from pytest_sskj.server.launcher import launcher_class
 
-    if settings.launcher == "local":
-        from pytest_sskj.server.local import LocalLauncher
+    from pytest_sskj.nodes import is_local_node
+    from pytest_sskj.server.local import LocalLauncher
 
-        return LocalLauncher()
-    return launcher_class(settings.launcher).from_settings(settings, worker="serve")
+    kind = settings.launcher
+    remote = any(not is_local_node(n) for n in settings.nodes)
+    inner: Launcher = (
+        LocalLauncher() if kind == "local" or (kind == "container" and not remote)
+        else launcher_class("ssh").from_settings(settings, worker="serve")
+    )  # fmt: skip
+    if kind != "container":
+        return inner
+    from pytest_sskj.server.container import ContainerLauncher, container_config
+
+    return ContainerLauncher(inner=inner, config=container_config(settings.profile, settings.container_image),
+                             tag=f"serve-{name}")  # fmt: skip
 
 
 def _rank_state(h: ProcessHandle, serves: set[tuple[str, int]]) -> RankState:
@@ -261,7 +271,7 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
     log_dir = settings.reports_dir / "deployments" / name / time.strftime("%Y%m%d-%H%M%S")
     pool = ServerPool(
         log_dir=log_dir / "logs",
-        launcher=_launcher(settings),
+        launcher=_launcher(settings, name),
         health_timeout_s=settings.health_timeout_s,
         model_cache_dir=settings.reports_dir / ".cache" / "models",
         commands_for=lambda sp: config.hook.pytest_sskj_server_commands(config=config, spec=sp),
