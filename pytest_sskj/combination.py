@@ -111,8 +111,9 @@ def _container_check(
         return
     from pytest_sskj.server.container import container_config
 
+    table = profile.facts.get("platform", {}).get("container") if profile else None
     try:
-        container_config(profile.path if profile else None, values.get("container_image"))
+        values["container"] = container_config(table, values.get("container_image"))
     except ValueError as exc:
         opt = opts["launcher"]
         raise pytest.UsageError(

@@ -12,10 +12,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
 
 import pytest
 
-from pytest_sskj.serve.control import ServeError, load, start, status, stop
+from pytest_sskj.serve.control import DeploymentStatus, ServeError, load, start, status, stop
 from pytest_sskj.serve.state import known_names
 
 __all__ = ["main", "parser"]
@@ -47,40 +49,57 @@ def _config(args: Sequence[str]) -> pytest.Config:
     return config
 
 
-def _run(ns: argparse.Namespace, config: pytest.Config, out: Callable[[str], None], err: Callable[[str], None]) -> int:
-    from pytest_sskj.stash import SETTINGS_KEY
+Say = Callable[[str], None]
 
-    settings = config.stash[SETTINGS_KEY]
-    reports = settings.reports_dir
-    name = ns.name_opt or ns.name
-    if ns.action == "start":
-        st = start(config, name or "default", say=out)
-        out(json.dumps(st.as_dict(), indent=2) if ns.json else
-            f"deployment {st.name} started: {st.engine} {st.label} at {', '.join(st.urls)} ({len(st.ranks)} "
-            f"rank(s); state {reports / 'deployments' / (st.name + '.json')}); benchmark it with "
-            f"`pytest acceptance/ --sskj-deployment {st.name}`")  # fmt: skip
+
+def _start(ns: argparse.Namespace, config: pytest.Config, reports: Path, name: str, out: Say) -> int:
+    st = start(config, name, say=out)
+    if ns.json:
+        out(json.dumps(st.as_dict(), indent=2))
         return 0
-    if ns.action == "status":
-        names = [name] if name else known_names(reports)
-        if not names:
-            out(f"no deployments under {reports / 'deployments'}")
-            return 1
-        results = [status(load(reports, n), ssh_identity=settings.ssh_identity) for n in names]
-        if ns.json:
-            out(json.dumps([{"name": r.state.name, "healthy": r.healthy, "alive": r.alive, "urls": list(r.state.urls),
-                             "ranks": [{"node": x.rank.node, "rank": x.rank.rank, "pids": list(x.pids),
-                                        "detail": x.detail} for x in r.ranks],
-                             "health": [list(h) for h in r.health]} for r in results], indent=2))  # fmt: skip
-        else:
-            for r in results:
-                for line in r.lines():
-                    out(line)
-        return 0 if all(r.healthy for r in results) else 1
-    if not name:
-        err("serve stop needs the deployment name (`python -m pytest_sskj serve status` lists them)")
-        return USAGE
-    state = load(reports, name)
-    rep = stop(state, reports, ssh_identity=settings.ssh_identity, timeout_s=ns.stop_timeout)
+    out(
+        f"deployment {st.name} started: {st.engine} {st.label} at {', '.join(st.urls)} ({len(st.ranks)} rank(s); "
+        f"state {reports / 'deployments' / (st.name + '.json')}); benchmark it with "
+        f"`pytest acceptance/ --sskj-deployment {st.name}`"
+    )
+    return 0
+
+
+def _status_json(results: Sequence[DeploymentStatus]) -> str:
+    return json.dumps(
+        [
+            {
+                "name": r.state.name,
+                "healthy": r.healthy,
+                "alive": r.alive,
+                "urls": list(r.state.urls),
+                "ranks": [
+                    {"node": x.rank.node, "rank": x.rank.rank, "pids": list(x.pids), "detail": x.detail}
+                    for x in r.ranks
+                ],
+                "health": [list(h) for h in r.health],
+            }
+            for r in results
+        ],
+        indent=2,
+    )
+
+
+def _status(ns: argparse.Namespace, reports: Path, name: str | None, identity: Path | None, out: Say) -> int:
+    names = [name] if name else known_names(reports)
+    if not names:
+        out(f"no deployments under {reports / 'deployments'}")
+        return 1
+    results = [status(load(reports, n), ssh_identity=identity) for n in names]
+    if ns.json:
+        out(_status_json(results))
+    for line in [] if ns.json else [x for r in results for x in r.lines()]:
+        out(line)
+    return 0 if all(r.healthy for r in results) else 1
+
+
+def _stop(ns: argparse.Namespace, reports: Path, name: str, identity: Path | None, out: Say, err: Say) -> int:
+    rep = stop(load(reports, name), reports, ssh_identity=identity, timeout_s=ns.stop_timeout)
     for r, ok, detail in rep.results:
         (out if ok else err)(f"  {r.node} rank {r.rank}: {detail}")
     if not rep.clean:
@@ -93,10 +112,31 @@ def _run(ns: argparse.Namespace, config: pytest.Config, out: Callable[[str], Non
     return 0
 
 
+def _run(ns: argparse.Namespace, config: pytest.Config, out: Say, err: Say) -> int:
+    from pytest_sskj.stash import SETTINGS_KEY
+
+    settings = config.stash[SETTINGS_KEY]
+    name = ns.name_opt or ns.name
+    if ns.action == "start":
+        return _start(ns, config, settings.reports_dir, name or "default", out)
+    if ns.action == "status":
+        return _status(ns, settings.reports_dir, name, settings.ssh_identity, out)
+    if not name:
+        err("serve stop needs the deployment name (`python -m pytest_sskj serve status` lists them)")
+        return USAGE
+    return _stop(ns, settings.reports_dir, name, settings.ssh_identity, out, err)
+
+
+def _write(stream: TextIO) -> Say:
+    def say(text: str) -> None:
+        stream.write(text + "\n")
+
+    return say
+
+
 def main(argv: Sequence[str]) -> int:
     ns, rest = parser().parse_known_args(list(argv))
-    out = lambda t: sys.stdout.write(t + "\n")  # noqa: E731
-    err = lambda t: sys.stderr.write(t + "\n")  # noqa: E731
+    out, err = _write(sys.stdout), _write(sys.stderr)
     try:
         config = _config(rest)
     except pytest.UsageError as exc:

@@ -122,7 +122,9 @@ def status(state: DeploymentState, *, ssh_identity: Path | None = None, timeout_
     return DeploymentStatus(state, ranks, health)
 
 
-def stop(state: DeploymentState, reports_dir: Path, *, ssh_identity: Path | None = None, timeout_s: float = 15.0) -> StopReport:
+def stop(
+    state: DeploymentState, reports_dir: Path, *, ssh_identity: Path | None = None, timeout_s: float = 15.0
+) -> StopReport:
     """Stop every rank's tree on its node; the state file is removed once nothing is left."""
     ssh = _ssh(state, ssh_identity)
     before = _each(lambda r: liveness(r, ssh), state.ranks)
@@ -146,9 +148,8 @@ def _each(fn: Callable[[RankState], _T], ranks: Sequence[RankState]) -> list[_T]
 # -- start -----------------------------------------------------------------------------------------------
 def _launcher(settings: Settings, name: str) -> Launcher:
     """The run's launcher kind, without a reaper (the servers outlive this process) or CPU pinning."""
-    from pytest_sskj.server.launcher import launcher_class
-
     from pytest_sskj.nodes import is_local_node
+    from pytest_sskj.server.launcher import launcher_class
     from pytest_sskj.server.local import LocalLauncher
 
     kind = settings.launcher
@@ -159,10 +160,10 @@ def _launcher(settings: Settings, name: str) -> Launcher:
     )  # fmt: skip
     if kind != "container":
         return inner
-    from pytest_sskj.server.container import ContainerLauncher, container_config
+    from pytest_sskj.server.container import ContainerLauncher
 
-    return ContainerLauncher(inner=inner, config=container_config(settings.profile, settings.container_image),
-                             tag=f"serve-{name}")  # fmt: skip
+    assert settings.container is not None  # resolved at parse time for --launcher container
+    return ContainerLauncher(inner=inner, config=settings.container, tag=f"serve-{name}")
 
 
 def _rank_state(h: ProcessHandle, serves: set[tuple[str, int]]) -> RankState:
@@ -192,7 +193,9 @@ def _ssh_facts(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _state(name: str, settings: Settings, server: RunningServer, identity: dict[str, Any], log_dir: Path) -> DeploymentState:
+def _state(
+    name: str, settings: Settings, server: RunningServer, identity: dict[str, Any], log_dir: Path
+) -> DeploymentState:
     from pytest_sskj.engines import get_engine
 
     spec = server.spec.as_dict()
@@ -276,9 +279,7 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
         model_cache_dir=settings.reports_dir / ".cache" / "models",
         commands_for=lambda sp: config.hook.pytest_sskj_server_commands(config=config, spec=sp),
         name_tag=name,
-        prelaunch=identity_prelaunch(
-            server_prelaunch(config), allow_mixed=settings.allow_mixed_builds, record=record
-        ),
+        prelaunch=identity_prelaunch(server_prelaunch(config), allow_mixed=settings.allow_mixed_builds, record=record),
     )
     try:
         server = pool.get(spec)

@@ -151,7 +151,11 @@ def _remove_container(r: RankState, ssh: SshLauncher | None) -> str:
         out, rc = p.stdout, p.returncode
     if rc != 0:
         return f"; {r.runtime} ps failed ({rc}): container {r.container} may be left"
-    return f"; container {r.container} still listed by {r.runtime}" if out.strip() else f"; container {r.container} removed"
+    return (
+        f"; container {r.container} still listed by {r.runtime}"
+        if out.strip()
+        else f"; container {r.container} removed"
+    )
 
 
 def stop_rank(r: RankState, ssh: SshLauncher | None, timeout_s: float) -> tuple[bool, str]:

@@ -15,7 +15,8 @@ that node) set, so every node's identity names the image it really ran.
 
 ``--launcher container`` selects it (:meth:`ContainerLauncher.from_settings`): the inner launcher is ``ssh`` when
 the nodes are remote, else ``local``; :class:`ContainerConfig` is the profile's platform layer ``[container]``
-table (:func:`container_config`; ``--sskj-container-image`` overrides its image): ``runtime`` (docker | podman),
+table (resolved at parse time into ``Settings.container`` by :func:`container_config`; ``--sskj-container-image``
+overrides its image): ``runtime`` (docker | podman),
 ``image``, ``mounts`` (``"SRC:DST[:ro]"``), ``gpus`` (``all``, ``none`` or a device list), ``env`` (names
 and values added to every rank), ``args`` (extra ``run`` flags, e.g. ``["--ulimit", "nofile=65536:65536"]``).
 """
@@ -36,7 +37,7 @@ from pytest_sskj.server.spec import NodeCommand
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
 
-__all__ = ["ContainerConfig", "ContainerLauncher", "ContainerProcess", "container_config", "container_table"]
+__all__ = ["ContainerConfig", "ContainerLauncher", "ContainerProcess", "container_config"]
 
 RUNTIMES = ("docker", "podman")
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_.-]")
@@ -100,25 +101,15 @@ class ContainerConfig:
         return [*out, *self.args, self.image, *argv]
 
 
-def container_table(profile: Path | None) -> dict[str, Any]:
-    """The ``[container]`` table of ``profile``'s platform layer (empty without a profile or table)."""
-    if profile is None:
-        return {}
-    from pytest_sskj.profile import load_profile
-
-    table = load_profile(profile).facts.get("platform", {}).get("container")
-    if table is not None and not isinstance(table, Mapping):
-        raise ValueError(f"profile {profile}: the platform layer's container must be a [container] table")
-    return dict(table or {})
-
-
-def container_config(profile: Path | None, image: str | None = None) -> ContainerConfig:
+def container_config(table: Mapping[str, Any] | None, image: str | None = None) -> ContainerConfig:
     """The run's :class:`ContainerConfig`: the platform layer's ``[container]`` table, ``image`` overriding its image;
     ``ValueError`` saying what is wrong (no image, an unknown key, a relative mount)."""
-    table = container_table(profile)
+    if table is not None and not isinstance(table, Mapping):
+        raise ValueError("the platform layer's container must be a [container] table")
+    merged = dict(table or {})
     if image:
-        table["image"] = image
-    return ContainerConfig.from_platform(table)
+        merged["image"] = image
+    return ContainerConfig.from_platform(merged)
 
 
 def container_name(tag: str, cmd: NodeCommand) -> str:
@@ -169,10 +160,9 @@ class ContainerLauncher:
         from pytest_sskj.nodes import is_local_node
         from pytest_sskj.server.launcher import launcher_class
 
-        try:
-            config = container_config(settings.profile, settings.container_image)
-        except ValueError as exc:
-            raise LauncherError(f"--launcher container: {exc}") from None
+        config = settings.container
+        if config is None:  # resolved (and checked) at parse time: pytest_sskj.combination
+            raise LauncherError("--launcher container: no container resolved (give --sskj-container-image IMAGE)")
         kind = "ssh" if any(not is_local_node(n) for n in settings.nodes) else "local"
         inner = launcher_class(kind).from_settings(settings, worker=worker)
         return cls(inner=inner, config=config, tag="-".join(filter(None, (settings.run_id, worker))))

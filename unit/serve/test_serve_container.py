@@ -70,9 +70,11 @@ def test_serve_start_runs_the_rank_in_the_platforms_container_and_stop_removes_i
     served = [r for r in runs if "--name" in r]
     assert len(served) == 1, runs
     argv = served[0]
-    assert argv[:2] == ["run", "--network"] and IMAGE in argv and ["-v", f"{tmp_path}:/data:ro"] == argv[
-        argv.index("-v") : argv.index("-v") + 2
-    ], argv
+    assert (
+        argv[:2] == ["run", "--network"]
+        and IMAGE in argv
+        and ["-v", f"{tmp_path}:/data:ro"] == argv[argv.index("-v") : argv.index("-v") + 2]
+    ), argv
     assert "--gpus" not in argv and ["-e", "SSKJ_IN_BOX"] == argv[argv.index("SSKJ_IN_BOX") - 1 :][:2], argv
     assert SECRET not in json.dumps(runs) + json.dumps(st), "a secret reached a command line or the state"
     status = _serve(env, "status", "boxed", *reports)

@@ -80,7 +80,9 @@ def test_a_dead_deployment_is_reported_dead_and_stop_says_it_was_not_running(tmp
     os.killpg(pid, signal.SIGKILL)
     assert _gone_within([pid]) == []
     st = serve("status", reports=reports)
-    assert st.returncode == 1 and "deployment gone: DEAD" in st.stdout and "rank 0 (local): gone" in st.stdout, st.stdout
+    assert st.returncode == 1 and "deployment gone: DEAD" in st.stdout and "rank 0 (local): gone" in st.stdout, (
+        st.stdout
+    )
     stopped = serve("stop", "gone", reports=reports)
     assert stopped.returncode == 1, stopped.stdout + stopped.stderr
     assert "was not running" in stopped.stderr and "state file was removed" in stopped.stderr, stopped.stderr

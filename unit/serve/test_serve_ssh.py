@@ -95,7 +95,9 @@ def test_a_deployment_started_over_ssh_outlives_start_verifies_its_labels_and_st
         assert chunk.returncode == 4 and "chunk: the run's label is 16384" in chunk.stderr, chunk.stderr
         assert "serves 8192" in chunk.stderr, chunk.stderr
         right = _run([*bench, "--backend", "flashinfer_mxfp4", "--chunk", "8K"])
-        assert right.returncode == 5, f"labels that match must pass (no test selected: 5):\n{right.stdout}{right.stderr}"
+        assert right.returncode == 5, (
+            f"labels that match must pass (no test selected: 5):\n{right.stdout}{right.stderr}"
+        )
         assert "verified backend, chunk, tp, ep, dp, model_path" in right.stdout, right.stdout
         assert "labels not verified" not in right.stdout, right.stdout
     finally:

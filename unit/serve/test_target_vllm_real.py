@@ -73,7 +73,9 @@ def test_a_vllm_target_is_verified_where_vllm_reports_and_unverifiable_labels_ar
     out = run.stdout + run.stderr
     assert run.returncode == 5, f"expected a verified session with no test selected (5):\n{out[-3000:]}"
     assert "verified model_path" in out and "max_model_len=2048" in out and "version=0.32.0" in out, out[-3000:]
-    note = "labels not verified: backend (vLLM exposes no MoE backend without VLLM_SERVER_DEV_MODE=1 (/server_info 404))"
+    note = (
+        "labels not verified: backend (vLLM exposes no MoE backend without VLLM_SERVER_DEV_MODE=1 (/server_info 404))"
+    )
     assert note in out, out[-3000:]
     target = json.loads((reports / "v1" / "manifest.json").read_text())["target"]
     assert target["served"]["version"] == "0.32.0" and target["served"]["max_model_len"] == 2048, target
