@@ -98,3 +98,22 @@ def test_a_container_launch_without_an_image_is_refused_at_parse_time(tmp_path: 
     err = run.stderr
     assert "--launcher container" in err and "needs an image" in err and "--sskj-container-image" in err, err
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir()), "nothing may be written"
+
+
+@pytest.mark.slow
+def test_an_acceptance_run_with_launcher_container_serves_from_the_container_and_removes_it(
+    box: tuple[Path, Path, dict[str, str]], tmp_path: Path
+) -> None:
+    state, profile, env = box
+    argv = [sys.executable, "-m", "pytest", "acceptance/test_serving.py", "--profile", str(profile), "--launcher",
+            "container", "--concurrency", "1", "--requests", "4", "--repeats", "1", "--sskj-allow-client-bound",
+            "--reports-dir", str(tmp_path / "r"), "--run-id", "c1", "-p", "no:xdist", "-q"]  # fmt: skip
+    run = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600, env=env, check=False)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, f"the containerized run failed ({run.returncode}):\n{out[-3000:]}"
+    runs = [json.loads(x) for x in (state / "runs.jsonl").read_text().splitlines()]
+    named = [r[r.index("--name") + 1] for r in runs if "--name" in r]
+    assert named and all(n.startswith("sskj-c1") for n in named), named
+    assert not [n for n in named if (state / n).exists()], "a container is still listed after the run"
+    manifest = json.loads((tmp_path / "r" / "c1" / "manifest.json").read_text())
+    assert manifest["settings"]["container"]["image"] == IMAGE, manifest["settings"].get("container")
