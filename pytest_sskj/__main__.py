@@ -18,6 +18,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_sskj.report.release import ReleaseConfig
 
 __all__ = ["main"]
 
@@ -128,56 +132,83 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from pytest_sskj.report import release
-
     reports = args.reports_dir or _reports_default()
     if args.action == "mark":
-        cfg_path = args.config or release.find_config()
-        if cfg_path is None:
-            _err(f"no {release.CONFIG_NAME} found from {Path.cwd()} upwards; pass --config PATH")
-            return 2
-        try:
-            cfg = release.load_config(cfg_path)
-        except ValueError as exc:
-            _err(str(exc))
-            return 2
-        picked = args.run or release.latest_runs(reports, cfg)
-        runs = "+".join(picked)
-        if not args.run and not args.json:
-            _out(f"judging the latest runs: {runs or '(none found)'} (name others with --run)")
-        try:
-            out = release.mark(picked, args.tag, reports_dir=reports, config=cfg, force=args.force, scope=args.scope)
-        except release.ReleaseRefused as exc:
-            if args.json:
-                _out(json.dumps({"verdict": "refused", "tag": args.tag, "run_id": runs, "reasons": exc.reasons}))
-            _err(str(exc) if args.verbose else exc.ranked())
-            return 1
-        if args.json:
-            _out(json.dumps({"verdict": "release", "tag": args.tag, "run_id": runs, "path": str(out)}))
-        else:
-            _out(f"marked run {runs} as release {args.tag}: {out}")
-            accepted = json.loads(out.read_text(encoding="utf-8")).get("accepted_skips") or []
-            if accepted:
-                _out(
-                    f"  scope {args.scope or cfg.default_scope}: {len(accepted)} skip(s) accepted, "
-                    "each listed in the mark"
-                )
-        from pytest_sskj.history.cli import record_release
-
-        note = record_release(reports, args.tag)
-        if note and not args.json:
-            _out(note)
-        return 0
+        return _release_mark(args, reports)
     if args.action == "list":
-        marks = release.list_releases(reports)
+        return _release_list(args, reports)
+    return _release_show(args, reports)
+
+
+def _release_config(args: argparse.Namespace) -> ReleaseConfig | None:
+    """The release.toml named by ``--config`` or found upwards from cwd; ``None`` (error printed) when absent or bad."""
+    from pytest_sskj.report import release
+
+    cfg_path = args.config or release.find_config()
+    if cfg_path is None:
+        _err(f"no {release.CONFIG_NAME} found from {Path.cwd()} upwards; pass --config PATH")
+        return None
+    try:
+        return release.load_config(cfg_path)
+    except ValueError as exc:
+        _err(str(exc))
+        return None
+
+
+def _release_mark(args: argparse.Namespace, reports: Path) -> int:
+    from pytest_sskj.report import release
+
+    cfg = _release_config(args)
+    if cfg is None:
+        return 2
+    picked = args.run or release.latest_runs(reports, cfg)
+    runs = "+".join(picked)
+    if not args.run and not args.json:
+        _out(f"judging the latest runs: {runs or '(none found)'} (name others with --run)")
+    try:
+        out = release.mark(picked, args.tag, reports_dir=reports, config=cfg, force=args.force, scope=args.scope)
+    except release.ReleaseRefused as exc:
         if args.json:
-            _out(json.dumps(marks, indent=2))
-        elif not marks:
-            _out(f"no release marks in {reports / 'releases'}")
-        for m in [] if args.json else marks:
-            counts = ", ".join(f"{k} {v}" for k, v in sorted((m.get("counts") or {}).items()))
-            _out(f"{m['tag']}\trun {m.get('run_id')}\t{m.get('marked_at')}\t{counts or m.get('error', '')}")
+            _out(json.dumps({"verdict": "refused", "tag": args.tag, "run_id": runs, "reasons": exc.reasons}))
+        _err(str(exc) if args.verbose else exc.ranked())
+        return 1
+    if args.json:
+        _out(json.dumps({"verdict": "release", "tag": args.tag, "run_id": runs, "path": str(out)}))
+    else:
+        _print_marked(out, runs, args.tag, args.scope or cfg.default_scope)
+    from pytest_sskj.history.cli import record_release
+
+    note = record_release(reports, args.tag)
+    if note and not args.json:
+        _out(note)
+    return 0
+
+
+def _print_marked(out: Path, runs: str, tag: str, scope: str) -> None:
+    _out(f"marked run {runs} as release {tag}: {out}")
+    accepted = json.loads(out.read_text(encoding="utf-8")).get("accepted_skips") or []
+    if accepted:
+        _out(f"  scope {scope}: {len(accepted)} skip(s) accepted, each listed in the mark")
+
+
+def _release_list(args: argparse.Namespace, reports: Path) -> int:
+    from pytest_sskj.report import release
+
+    marks = release.list_releases(reports)
+    if args.json:
+        _out(json.dumps(marks, indent=2))
         return 0
+    if not marks:
+        _out(f"no release marks in {reports / 'releases'}")
+    for m in marks:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted((m.get("counts") or {}).items()))
+        _out(f"{m['tag']}\trun {m.get('run_id')}\t{m.get('marked_at')}\t{counts or m.get('error', '')}")
+    return 0
+
+
+def _release_show(args: argparse.Namespace, reports: Path) -> int:
+    from pytest_sskj.report import release
+
     try:
         _out(json.dumps(release.show_release(args.tag, reports), indent=2, sort_keys=True))
     except FileNotFoundError as exc:

@@ -30,21 +30,41 @@ def judge(rec: RequestRecord, *, exact_tokens: bool) -> str | None:
 
 
 def _reason(rec: RequestRecord, *, exact_tokens: bool) -> str | None:
+    """The first rule ``rec`` breaks, in the module docstring's order."""
+    reason = _transport_reason(rec)
+    if reason is None:
+        reason = _stream_reason(rec)
+    if reason is None:
+        reason = _token_count_reason(rec, exact_tokens=exact_tokens)
+    if reason is None:
+        reason = _prompt_and_finish_reason(rec)
+    return reason
+
+
+def _transport_reason(rec: RequestRecord) -> str | None:
+    """Rules 1-2: an answer, HTTP 200, no error or protocol error."""
     if rec.http_status is None:
         return f"no HTTP response: {rec.error or 'unknown transport error'}"
     if rec.http_status != 200:
         return rec.error or f"HTTP {rec.http_status}"
-    if rec.error is not None:
-        return rec.error
+    return rec.error
+
+
+def _stream_reason(rec: RequestRecord) -> str | None:
+    """Rules 3-4: the stream ended properly and carried at least one content token."""
     if not rec.done_seen and rec.finish_reason is None:
         return f"stream ended without [DONE] or a finish reason after {rec.frames} frames (truncated stream)"
-    counted = rec.tokens_counted
-    if counted == 0:
+    if rec.tokens_counted == 0:
         return (
             f"HTTP 200 but no content token arrived ({rec.frames} frames, server completion_tokens="
             f"{rec.completion_tokens})"
         )
-    ct = rec.completion_tokens
+    return None
+
+
+def _token_count_reason(rec: RequestRecord, *, exact_tokens: bool) -> str | None:
+    """Rules 5-6: the server's completion_tokens against the OSL and the client's own count."""
+    counted, ct = rec.tokens_counted, rec.completion_tokens
     if ct is None:
         return "server reported no completion_tokens (usage / meta_info missing)"
     if rec.ignore_eos and ct != rec.osl:
@@ -53,6 +73,11 @@ def _reason(rec: RequestRecord, *, exact_tokens: bool) -> str | None:
         return f"completion_tokens {ct} outside [1, {rec.osl}]"
     if counted > ct or (exact_tokens and counted != ct):
         return f"client counted {counted} content tokens but the server reports completion_tokens {ct}"
+    return None
+
+
+def _prompt_and_finish_reason(rec: RequestRecord) -> str | None:
+    """Rules 7-8: the prompt tokens sent as ids, and the finish reason."""
     if rec.exact_prompt and rec.prompt_tokens is not None and rec.prompt_tokens != rec.isl:
         return f"server prompt_tokens {rec.prompt_tokens} != ISL {rec.isl} sent as token ids"
     allowed = ("length",) if rec.ignore_eos else ("length", "stop")

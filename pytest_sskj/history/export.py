@@ -121,39 +121,39 @@ def _median(vals: Sequence[Any]) -> float | None:
     return statistics.median(nums) if nums else None
 
 
+_SHAPE_KEYS = ("layout", "config", "deployment", "backend", "chunk", "isl", "osl")
+
+
 def shape_lines(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One ``adaptive_shapes.jsonl`` object per layout x shape (layout, config, backend, chunk, ISL, OSL): the
     concurrencies probed and the best one, the highest concurrency whose every passed repeat met every judged
     SLO gate."""
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
-    keys = ("layout", "config", "deployment", "backend", "chunk", "isl", "osl")
     for p in points:
-        groups.setdefault(tuple(str(p.get(k)) for k in keys), []).append(p)
-    out = []
-    for group in groups.values():
-        by_c: dict[int, list[Mapping[str, Any]]] = {}
-        for p in group:
-            if p.get("status") == "passed" and isinstance(p.get("concurrency"), int):
-                by_c.setdefault(int(p["concurrency"]), []).append(p)
-        ok = [c for c, ps in by_c.items() if all(q.get("slo_met") is not False for q in ps)]
-        best = max(ok) if ok else None
-        at = by_c.get(best, []) if best is not None else []
-        missed = sorted(c for c in by_c if c not in ok)
-        first = group[0]
-        out.append(
-            {
-                **{k: first.get(k) for k in ("run_id", "platform", "model", "engine", *keys)},
-                "concurrencies": sorted(
-                    {int(p["concurrency"]) for p in group if isinstance(p.get("concurrency"), int)}
-                ),
-                "best_concurrency": best,
-                "slo_missed_at": missed,
-                "repeats_at_best": len(at),
-                **{f"{m}_at_best": _median([q.get(m) for q in at]) for m in ("input_throughput", "output_throughput")},
-                **{f"{m}_at_best": _median([q.get(m) for q in at]) for m in _AT_BEST},
-            }
-        )
-    return out
+        groups.setdefault(tuple(str(p.get(k)) for k in _SHAPE_KEYS), []).append(p)
+    return [_shape_line(group) for group in groups.values()]
+
+
+def _shape_line(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The points of one layout x shape: probed concurrencies, the best one, the misses, the medians at the best."""
+    by_c: dict[int, list[Mapping[str, Any]]] = {}
+    for p in group:
+        if p.get("status") == "passed" and isinstance(p.get("concurrency"), int):
+            by_c.setdefault(int(p["concurrency"]), []).append(p)
+    ok = [c for c, ps in by_c.items() if all(q.get("slo_met") is not False for q in ps)]
+    best = max(ok) if ok else None
+    at = by_c.get(best, []) if best is not None else []
+    missed = sorted(c for c in by_c if c not in ok)
+    first = group[0]
+    return {
+        **{k: first.get(k) for k in ("run_id", "platform", "model", "engine", *_SHAPE_KEYS)},
+        "concurrencies": sorted({int(p["concurrency"]) for p in group if isinstance(p.get("concurrency"), int)}),
+        "best_concurrency": best,
+        "slo_missed_at": missed,
+        "repeats_at_best": len(at),
+        **{f"{m}_at_best": _median([q.get(m) for q in at]) for m in ("input_throughput", "output_throughput")},
+        **{f"{m}_at_best": _median([q.get(m) for q in at]) for m in _AT_BEST},
+    }
 
 
 _AT_BEST = ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "tpot_p95_ms", "e2e_p95_ms")

@@ -186,11 +186,7 @@ def resolve_baseline(ref: str, reports_dir: Path, db: ResultsDB | None, *, prefe
     """``ref`` is a release tag, a run id or ``last-release``; the run directory is read when it is here,
     else the database.  Raises :class:`BaselineError` naming what exists."""
     marks = release_marks(reports_dir)
-    tag = ref
-    if ref == "last-release":
-        tag = marks[-1]["tag"] if marks else (db.last_release() if db is not None else None) or ""
-        if not tag:
-            raise BaselineError(f"--sskj-baseline last-release: no release mark in {reports_dir / 'releases'}")
+    tag = _last_release(marks, reports_dir, db) if ref == "last-release" else ref
     mark = next((m for m in marks if m["tag"] == tag), None)
     run_ids = [str(mark["figures_run"])] if mark else (db.tagged(tag) if db is not None else [])
     label = f"release {tag}" if run_ids else f"run {ref}"
@@ -201,8 +197,22 @@ def resolve_baseline(ref: str, reports_dir: Path, db: ResultsDB | None, *, prefe
             found = _run_from_files(ref, rid, label, reports_dir) or _run_from_db(ref, rid, label, db)
         if found is not None:
             return found
+    raise _unknown_baseline(ref, reports_dir, db, marks)
+
+
+def _last_release(marks: Sequence[Mapping[str, Any]], reports_dir: Path, db: ResultsDB | None) -> str:
+    """The newest release tag: of the marks here, else the database's; :class:`BaselineError` when none."""
+    tag = marks[-1]["tag"] if marks else (db.last_release() if db is not None else None) or ""
+    if not tag:
+        raise BaselineError(f"--sskj-baseline last-release: no release mark in {reports_dir / 'releases'}")
+    return str(tag)
+
+
+def _unknown_baseline(
+    ref: str, reports_dir: Path, db: ResultsDB | None, marks: Sequence[Mapping[str, Any]]
+) -> BaselineError:
     known_runs = sorted((p.name for p in reports_dir.glob("*") if (p / "manifest.json").is_file()), reverse=True)
-    raise BaselineError(
+    return BaselineError(
         f"--sskj-baseline {ref}: no release tag or run id {ref!r} in {reports_dir} "
         f"{'or the database ' if db is not None else ''}"
         f"(release tags: {', '.join(m['tag'] for m in marks) or 'none'}; latest runs: "

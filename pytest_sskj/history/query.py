@@ -103,30 +103,34 @@ def history_rows(db: Any, filters: Filters) -> list[dict[str, Any]]:
     by_id = {r["run_id"]: r for r in runs}
     out = []
     for p in db.points_of(list(by_id)):
-        if filters.backend is not None and p.get("backend") != filters.backend:
-            continue
-        run = by_id[p["run_id"]]
-        layout, config = p.get("layout"), p.get("config") or run.get("layout")  # rows before schema 0002: the run's
-        if filters.layout is not None and filters.layout not in (layout, config):
-            continue
-        shape = f"ISL{p['isl']}/OSL{p['osl']}" if p.get("isl") is not None else run.get("shape")
-        if filters.shape_key() is not None and str(shape).upper() != filters.shape_key():
-            continue
-        metrics = p.get("metrics") or {}
-        out.append(
-            {
-                **{k: run.get(k) for k in ("run_id", "started_at", "tags", "platform", "model", "engine")},
-                "layout": layout,
-                "config": config,
-                "shape": shape,
-                **{k: p.get(k) for k in ("backend", "chunk", "concurrency", "repeat", "status")},
-                **{k: metrics.get(k) for k in _METRICS},
-                "slo_met": p.get("slo_met") or {},
-            }
-        )
+        row = _point_row(p, by_id[p["run_id"]], filters)
+        if row is not None:
+            out.append(row)
     order = {r["run_id"]: i for i, r in enumerate(runs)}
     out.sort(key=lambda r: (order[r["run_id"]], str(r["backend"]), r["chunk"] or 0, r["concurrency"] or 0))
     return out
+
+
+def _point_row(p: Mapping[str, Any], run: Mapping[str, Any], filters: Filters) -> dict[str, Any] | None:
+    """One stored point of ``run`` as a history row; ``None`` when its backend, layout or shape is filtered out."""
+    if filters.backend is not None and p.get("backend") != filters.backend:
+        return None
+    layout, config = p.get("layout"), p.get("config") or run.get("layout")  # rows before schema 0002: the run's
+    if filters.layout is not None and filters.layout not in (layout, config):
+        return None
+    shape = f"ISL{p['isl']}/OSL{p['osl']}" if p.get("isl") is not None else run.get("shape")
+    if filters.shape_key() is not None and str(shape).upper() != filters.shape_key():
+        return None
+    metrics = p.get("metrics") or {}
+    return {
+        **{k: run.get(k) for k in ("run_id", "started_at", "tags", "platform", "model", "engine")},
+        "layout": layout,
+        "config": config,
+        "shape": shape,
+        **{k: p.get(k) for k in ("backend", "chunk", "concurrency", "repeat", "status")},
+        **{k: metrics.get(k) for k in _METRICS},
+        "slo_met": p.get("slo_met") or {},
+    }
 
 
 def _cell(v: Any) -> str:

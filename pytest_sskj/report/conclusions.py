@@ -218,23 +218,35 @@ def _one_shape(
     statements += _saturation(med, backends)
     rec = None
     if comps:
-        base, cand = str(comps[0].get("baseline")), str(comps[0].get("candidate"))
-        worse_all = all(v.get("outcome") == "worse" for v in comps)
-        pick = cand if all_better else base
-        chunks = sorted(set(best.get(pick, {}).values())) or sorted({k[1] for k in med if k[0] == pick})
-        chunk_txt = f" + chunk {chunks[0]}" if len(chunks) == 1 else ""
-        ep = settings.get("ep")
-        rec = f"{'EP' + str(ep) + ' + ' if ep else ''}{pick}{chunk_txt}"
-        why = (
-            f"{cand} better on every shape"
-            if all_better
-            else f"{cand} worse on every shape"
-            if worse_all
-            else f"{cand} not better on every shape"
-        )
+        rec, why = _recommendation(comps, med, best, all_better, settings.get("ep"))
         statements.append(f"recommendation: {rec} ({why})")
     outcomes = {str(v.get("id")): str(v.get("outcome")) for v in comps}
     return Conclusions(tuple(statements), rec, all_better, outcomes, best)
+
+
+def _recommendation(
+    comps: Sequence[Mapping[str, Any]],
+    med: Mapping[tuple[str, int, int], Any],
+    best: Mapping[str, Any],
+    all_better: bool | None,
+    ep: Any,
+) -> tuple[str, str]:
+    """What to deploy (``EP4 + flashinfer_mxfp4 + chunk 8192``) and why: the candidate only when it is better
+    on every shape, with its best chunk when one chunk is best everywhere."""
+    base, cand = str(comps[0].get("baseline")), str(comps[0].get("candidate"))
+    worse_all = all(v.get("outcome") == "worse" for v in comps)
+    pick = cand if all_better else base
+    chunks = sorted(set(best.get(pick, {}).values())) or sorted({k[1] for k in med if k[0] == pick})
+    chunk_txt = f" + chunk {chunks[0]}" if len(chunks) == 1 else ""
+    rec = f"{'EP' + str(ep) + ' + ' if ep else ''}{pick}{chunk_txt}"
+    why = (
+        f"{cand} better on every shape"
+        if all_better
+        else f"{cand} worse on every shape"
+        if worse_all
+        else f"{cand} not better on every shape"
+    )
+    return rec, why
 
 
 def conclusion_lines(

@@ -306,18 +306,8 @@ def plot_search(
     The metric and threshold are the verdict's ``metric``/``threshold``, else the first gate of its
     ``slo`` (or of ``slo``, e.g. ``["ttft_p95_ms<3000"]``); a step's value is its ``value``, else its
     ``metrics[metric]``; a step passed when ``passed`` (or the acceptance layer's ``slo_ok``) is true."""
-    gates = [g for g in (_gate(str(t)) for t in [*(verdict.get("slo") or []), *slo]) if g]
-    metric = str(verdict.get("metric") or (gates[0][0] if gates else "p95_ttft_ms"))
-    thr = verdict.get("threshold", gates[0][1] if gates else None)
-    pts = []
-    for s in verdict.get("steps") or []:
-        if not isinstance(s, Mapping):
-            continue
-        v = s.get("value")
-        if not isinstance(v, (int, float)):
-            v = metric_value({**s, **(s.get("metrics") or {})}, metric)
-        if isinstance(s.get("concurrency"), (int, float)) and isinstance(v, (int, float)):
-            pts.append((float(s["concurrency"]), float(v), bool(s.get("passed", s.get("slo_ok", True)))))
+    metric, thr = _search_target(verdict, slo)
+    pts = _search_points(verdict, metric)
     if not pts:
         return None
     title = f"Concurrency search: {metric} per step vs the SLO, {verdict.get('backend', '')} chunk " + format_chunk(
@@ -325,13 +315,7 @@ def plot_search(
     )
     fig, ax = _figure(title.strip(), run_id)
     ax.plot([c for c, _, _ in pts], [v for _, v, _ in pts], color="tab:blue", label=metric)
-    shown: set[bool] = set()
-    for c, v, ok in pts:
-        label = None if ok in shown else "step passed" if ok else "step failed (SLO miss, or not a valid measurement)"
-        shown.add(ok)
-        ax.plot(
-            [c], [v], marker="o" if ok else "x", color="tab:green" if ok else "tab:red", linestyle="none", label=label
-        )
+    _step_marks(ax, pts)
     _slo_mark(ax, metric, thr, max(v for _, v, _ in pts))
     best = verdict.get("best_concurrency", verdict.get("best"))
     if isinstance(best, (int, float)):
@@ -345,6 +329,38 @@ def plot_search(
     ax.set_ylabel(metric)
     ax.legend()
     return _save(fig, out)
+
+
+def _search_target(verdict: Mapping[str, Any], slo: Sequence[str]) -> tuple[str, Any]:
+    """The searched metric and its threshold: the verdict's own, else the first parseable SLO gate."""
+    gates = [g for g in (_gate(str(t)) for t in [*(verdict.get("slo") or []), *slo]) if g]
+    metric = str(verdict.get("metric") or (gates[0][0] if gates else "p95_ttft_ms"))
+    return metric, verdict.get("threshold", gates[0][1] if gates else None)
+
+
+def _search_points(verdict: Mapping[str, Any], metric: str) -> list[tuple[float, float, bool]]:
+    """``(concurrency, value, passed)`` of every step that has both numbers."""
+    pts = []
+    for s in verdict.get("steps") or []:
+        if not isinstance(s, Mapping):
+            continue
+        v = s.get("value")
+        if not isinstance(v, (int, float)):
+            v = metric_value({**s, **(s.get("metrics") or {})}, metric)
+        if isinstance(s.get("concurrency"), (int, float)) and isinstance(v, (int, float)):
+            pts.append((float(s["concurrency"]), float(v), bool(s.get("passed", s.get("slo_ok", True)))))
+    return pts
+
+
+def _step_marks(ax: Any, pts: Sequence[tuple[float, float, bool]]) -> None:
+    """A green dot per passed step, a red x per failed one; each kind named once in the legend."""
+    shown: set[bool] = set()
+    for c, v, ok in pts:
+        label = None if ok in shown else "step passed" if ok else "step failed (SLO miss, or not a valid measurement)"
+        shown.add(ok)
+        ax.plot(
+            [c], [v], marker="o" if ok else "x", color="tab:green" if ok else "tab:red", linestyle="none", label=label
+        )
 
 
 def _slo_mark(ax: Any, metric: str, thr: Any, top: float) -> None:

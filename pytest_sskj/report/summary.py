@@ -142,8 +142,36 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
     are left out); ``baseline`` defaults to the first backend seen.  With layouts or several shapes the backend
     label carries them (``parallel [slots8 256->32]``)."""
     serve = [r for r in rows if r.get("kind", "serve") == "serve"]  # search steps have their own table
+    groups, backends, suffixes = _group_points(serve)
+    base = baseline if baseline in backends else (backends[0] if backends else None)
+    by_label = {b + x: (b, x) for b in backends for x in suffixes}
+    border = {b: i for i, b in enumerate(sorted(backends, key=lambda b: (b != base, backends.index(b))))}
+
+    def order(label: str) -> tuple[int, int]:
+        b, x = by_label[label]
+        return (suffixes.index(x), border[b])
+
+    raw = {key: _pooled(key, rs) for key, rs in groups.items()}
+    out: list[PointSummary] = []
+    for key in sorted(raw, key=lambda k: (order(k[2])[0], _sort_key(k[0]), _sort_key(k[1]), order(k[2])[1])):
+        b, sfx = by_label[key[2]]
+        if b == base:
+            out.append(_replace(raw[key], is_baseline=True))
+        else:
+            ref = raw.get((key[0], key[1], f"{base}{sfx}")) if base is not None else None
+            out.append(_against(raw[key], ref))
+    return out
+
+
+_PointKey = tuple[Any, Any, str]
+
+
+def _group_points(
+    serve: Sequence[Mapping[str, Any]],
+) -> tuple[dict[_PointKey, list[Mapping[str, Any]]], list[str], list[str]]:
+    """The rows per (chunk, C, backend label), and the backends and variant suffixes in the order first seen."""
     suffix_of = _variant_suffix(serve)
-    groups: dict[tuple[Any, Any, str], list[Mapping[str, Any]]] = {}
+    groups: dict[_PointKey, list[Mapping[str, Any]]] = {}
     backends: list[str] = []
     suffixes: list[str] = []
     for r in serve:
@@ -153,48 +181,36 @@ def summarize_points(rows: Sequence[Mapping[str, Any]], baseline: str | None = N
         if sfx not in suffixes:
             suffixes.append(sfx)
         groups.setdefault((r.get("chunk"), r.get("concurrency"), b + sfx), []).append(r)
-    base = baseline if baseline in backends else (backends[0] if backends else None)
-    by_label = {b + x: (b, x) for b in backends for x in suffixes}
-    border = {b: i for i, b in enumerate(sorted(backends, key=lambda b: (b != base, backends.index(b))))}
+    return groups, backends, suffixes
 
-    def order(label: str) -> tuple[int, int]:
-        b, x = by_label[label]
-        return (suffixes.index(x), border[b])
 
-    raw: dict[tuple[Any, Any, str], PointSummary] = {}
-    for key, rs in groups.items():
-        ok = [r for r in rs if r.get("status") == "passed"]
-        raw[key] = PointSummary(
-            chunk=key[0],
-            concurrency=key[1],
-            backend=key[2],
-            repeats=len(rs),
-            passed=len(ok),
-            input_throughput=_median(r.get("input_throughput") for r in ok),
-            ttft_p50_ms=_median(r.get("median_ttft_ms") for r in ok),
-            ttft_p95_ms=_median(r.get("p95_ttft_ms") for r in ok),
-            tpot_p95_ms=_median(r.get("p95_tpot_ms") for r in ok),
-            tpot_p50_ms=_median(r.get("median_tpot_ms") for r in ok),
-            e2e_p95_ms=_median(r.get("p95_e2e_latency_ms") for r in ok),
-            slo_met=_all_met(ok),
-            medians={m: _median(r.get(m) for r in ok) for m in MEDIAN_METRICS},
-        )
-    out: list[PointSummary] = []
-    for key in sorted(raw, key=lambda k: (order(k[2])[0], _sort_key(k[0]), _sort_key(k[1]), order(k[2])[1])):
-        p = raw[key]
-        b, sfx = by_label[key[2]]
-        if b == base:
-            out.append(_replace(p, is_baseline=True))
-            continue
-        ref: PointSummary | None = raw.get((key[0], key[1], f"{base}{sfx}")) if base is not None else None
-        out.append(
-            _replace(
-                p,
-                tps_vs_baseline_pct=_pct(p.input_throughput, ref.input_throughput if ref else None),
-                ttft_vs_baseline_pct=_pct(p.ttft_p50_ms, ref.ttft_p50_ms if ref else None),
-            )
-        )
-    return out
+def _pooled(key: _PointKey, rs: Sequence[Mapping[str, Any]]) -> PointSummary:
+    """The medians over the passed repeats of one point."""
+    ok = [r for r in rs if r.get("status") == "passed"]
+    return PointSummary(
+        chunk=key[0],
+        concurrency=key[1],
+        backend=key[2],
+        repeats=len(rs),
+        passed=len(ok),
+        input_throughput=_median(r.get("input_throughput") for r in ok),
+        ttft_p50_ms=_median(r.get("median_ttft_ms") for r in ok),
+        ttft_p95_ms=_median(r.get("p95_ttft_ms") for r in ok),
+        tpot_p95_ms=_median(r.get("p95_tpot_ms") for r in ok),
+        tpot_p50_ms=_median(r.get("median_tpot_ms") for r in ok),
+        e2e_p95_ms=_median(r.get("p95_e2e_latency_ms") for r in ok),
+        slo_met=_all_met(ok),
+        medians={m: _median(r.get(m) for r in ok) for m in MEDIAN_METRICS},
+    )
+
+
+def _against(p: PointSummary, ref: PointSummary | None) -> PointSummary:
+    """``p`` with its throughput and TTFT relative to the baseline backend's point ``ref``."""
+    return _replace(
+        p,
+        tps_vs_baseline_pct=_pct(p.input_throughput, ref.input_throughput if ref else None),
+        ttft_vs_baseline_pct=_pct(p.ttft_p50_ms, ref.ttft_p50_ms if ref else None),
+    )
 
 
 def _all_met(rows: Sequence[Mapping[str, Any]]) -> bool | None:
@@ -468,36 +484,9 @@ def render_summary(
     assert isinstance(settings, Mapping)
     if baseline is None and settings.get("backends"):
         baseline = str(next(iter(settings["backends"])))
-    lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
-    lines += [f"- {k}: {v}" for k, v in _facts(m, settings) if v not in (None, "")]
-    lines += _session_lines(m)
-    if problems:
-        lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
-    points = summarize_points(rows, baseline)
-    lines += ["", "## Serving points (median of passed repeats)", ""]
-    if points:
-        lines += _table(
-            [*MEDIANS_HEADER, "Repeats passed"], ([*medians_cells(p), f"{p.passed}/{p.repeats}"] for p in points)
-        )
-    else:
-        lines.append("No serving point finished.")
-    failed = [r for r in rows if r.get("status") not in ("passed", None)]
-    if failed:
-        lines += ["", "## Points that did not pass", ""]
-        lines += _table(
-            ["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
-            (
-                [
-                    r.get("backend"),
-                    format_chunk(r.get("chunk")),
-                    r.get("concurrency"),
-                    r.get("repeat"),
-                    f"{r.get('status')} ({r['category']})" if r.get("category") else r.get("status"),
-                    "; ".join(map(str, r.get("reasons") or [])) or "-",
-                ]
-                for r in failed
-            ),
-        )
+    lines = _header_lines(m, settings, problems)
+    lines += _points_lines(summarize_points(rows, baseline))
+    lines += _failed_lines(rows)
     if verdicts:
         lines += ["", "## Verdicts", ""]
         lines += _table(
@@ -512,3 +501,44 @@ def render_summary(
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _header_lines(m: Mapping[str, Any], settings: Mapping[str, Any], problems: Sequence[str]) -> list[str]:
+    """The title, the run's facts and session, and what was recovered from a damaged run."""
+    lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
+    lines += [f"- {k}: {v}" for k, v in _facts(m, settings) if v not in (None, "")]
+    lines += _session_lines(m)
+    if problems:
+        lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
+    return lines
+
+
+def _points_lines(points: Sequence[PointSummary]) -> list[str]:
+    lines = ["", "## Serving points (median of passed repeats)", ""]
+    if not points:
+        return [*lines, "No serving point finished."]
+    return lines + _table(
+        [*MEDIANS_HEADER, "Repeats passed"], ([*medians_cells(p), f"{p.passed}/{p.repeats}"] for p in points)
+    )
+
+
+def _failed_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The table of points whose status is neither passed nor unset, with their category and reasons."""
+    failed = [r for r in rows if r.get("status") not in ("passed", None)]
+    if not failed:
+        return []
+    table = _table(
+        ["Backend", "Chunk", "C", "Repeat", "Status", "Reasons"],
+        (
+            [
+                r.get("backend"),
+                format_chunk(r.get("chunk")),
+                r.get("concurrency"),
+                r.get("repeat"),
+                f"{r.get('status')} ({r['category']})" if r.get("category") else r.get("status"),
+                "; ".join(map(str, r.get("reasons") or [])) or "-",
+            ]
+            for r in failed
+        ),
+    )
+    return ["", "## Points that did not pass", "", *table]

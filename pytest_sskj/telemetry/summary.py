@@ -23,6 +23,7 @@ that the client measures what the engine serves, not a benchmark.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.telemetry.prometheus import generation_tokens
@@ -36,45 +37,63 @@ THROUGHPUT_TOLERANCE_PCT = 25.0
 """Default tolerance between the server's own and the client's output throughput (percent of the server's)."""
 
 
-def _gpu_columns(tel: PointTelemetry) -> tuple[dict[str, Any], list[str]]:
-    power: list[float] = []
-    clock: list[float] = []
-    util: list[float] = []
-    mem: list[float] = []
-    throttled: dict[tuple[str, int], set[str]] = {}
-    foreign: dict[tuple[str, int], set[str]] = {}
-    reasons: list[str] = []
-    n = 0
-    for rec in tel.records:
-        if rec.get("source") != "gpu":
-            continue
-        if rec.get("unavailable"):
-            reasons.append(f"{rec.get('node')}: {rec['unavailable']}")
-            continue
-        own = set(tel.server_pids.get(str(rec.get("node")), ()))
+@dataclass
+class _GpuTally:
+    """Every GPU sample of a point, gathered per column, with the throttled and foreign-process GPUs."""
+
+    samples: dict[str, list[float]] = field(
+        default_factory=lambda: {"power_w": [], "sm_clock_mhz": [], "util_pct": [], "mem_used_mib": []}
+    )
+    throttled: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    foreign: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    n: int = 0
+
+    def add(self, rec: Mapping[str, Any], own: set[Any]) -> None:
+        """One ``gpu`` record of a node: each GPU's readings, throttle reasons and processes not in ``own``."""
         for g in rec.get("gpus") or []:
-            n += 1
-            for key, sink in (("power_w", power), ("sm_clock_mhz", clock), ("util_pct", util), ("mem_used_mib", mem)):
+            self.n += 1
+            for key, sink in self.samples.items():
                 if isinstance(g.get(key), (int, float)):
                     sink.append(float(g[key]))
             where = (str(rec.get("node")), int(g.get("index", -1)))
             if g.get("throttle"):
-                throttled.setdefault(where, set()).update(g["throttle"])
+                self.throttled.setdefault(where, set()).update(g["throttle"])
             for pid, name in g.get("pids") or []:
                 if own and pid not in own:
-                    foreign.setdefault(where, set()).add(f"{pid} ({name or '?'})")
-    cols: dict[str, Any] = {
-        "gpu_samples": n or None,
-        "gpu_power_mean_w": round(sum(power) / len(power), 1) if power else None,
-        "gpu_sm_clock_min_mhz": min(clock) if clock else None,
-        "gpu_util_mean_pct": round(sum(util) / len(util), 1) if util else None,
-        "gpu_mem_used_max_mib": max(mem) if mem else None,
-        "telemetry_gpu": "; ".join(dict.fromkeys(reasons)) if not n and reasons else None,
-    }
-    flags = [
-        f"clock throttling on {node} GPU {i}: {', '.join(sorted(r))}" for (node, i), r in sorted(throttled.items())
-    ] + [f"foreign GPU process on {node} GPU {i}: {', '.join(sorted(p))}" for (node, i), p in sorted(foreign.items())]
-    return cols, flags
+                    self.foreign.setdefault(where, set()).add(f"{pid} ({name or '?'})")
+
+    def columns(self) -> dict[str, Any]:
+        power, clock, util, mem = (self.samples[k] for k in ("power_w", "sm_clock_mhz", "util_pct", "mem_used_mib"))
+        return {
+            "gpu_samples": self.n or None,
+            "gpu_power_mean_w": round(sum(power) / len(power), 1) if power else None,
+            "gpu_sm_clock_min_mhz": min(clock) if clock else None,
+            "gpu_util_mean_pct": round(sum(util) / len(util), 1) if util else None,
+            "gpu_mem_used_max_mib": max(mem) if mem else None,
+            "telemetry_gpu": "; ".join(dict.fromkeys(self.reasons)) if not self.n and self.reasons else None,
+        }
+
+    def flags(self) -> list[str]:
+        return [
+            f"clock throttling on {node} GPU {i}: {', '.join(sorted(r))}"
+            for (node, i), r in sorted(self.throttled.items())
+        ] + [
+            f"foreign GPU process on {node} GPU {i}: {', '.join(sorted(p))}"
+            for (node, i), p in sorted(self.foreign.items())
+        ]
+
+
+def _gpu_columns(tel: PointTelemetry) -> tuple[dict[str, Any], list[str]]:
+    tally = _GpuTally()
+    for rec in tel.records:
+        if rec.get("source") != "gpu":
+            continue
+        if rec.get("unavailable"):
+            tally.reasons.append(f"{rec.get('node')}: {rec['unavailable']}")
+            continue
+        tally.add(rec, set(tel.server_pids.get(str(rec.get("node")), ())))
+    return tally.columns(), tally.flags()
 
 
 def _server_columns(

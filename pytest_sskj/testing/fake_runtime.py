@@ -25,30 +25,47 @@ def main(argv: list[str]) -> int:
     image, image_id = os.environ["SSKJ_FAKE_RUNTIME_IMAGE"], os.environ["SSKJ_FAKE_RUNTIME_ID"]
     cmd, rest = argv[0], argv[1:]
     if cmd == "image" and rest[:1] == ["inspect"]:
-        if rest[-1] != image:
-            sys.stderr.write(f"Error: no such image {rest[-1]}\n")
-            return 1
-        sys.stdout.write(image_id + "\n")
-        return 0
+        return _image_inspect(rest, image, image_id)
     if cmd == "ps":
-        wanted = rest[rest.index("--filter") + 1].removeprefix("name=^").removesuffix("$")
-        if (state / wanted).exists():
-            sys.stdout.write(f"c0ffee{abs(hash(wanted)) % 10**6:06d}\n")
-        return 0
+        return _ps(rest, state)
     if cmd == "rm":
-        f = state / rest[-1]
-        if f.exists():
-            try:
-                os.killpg(int(f.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError, PermissionError):
-                pass
-            f.unlink()
-        return 0
+        return _rm(rest, state)
     if cmd != "run":
         sys.stderr.write(f"fake runtime: unsupported command {cmd}\n")
         return 2
     with (state / "runs.jsonl").open("a") as fh:
         fh.write(json.dumps(argv) + "\n")
+    return _run(rest, state, image)
+
+
+def _image_inspect(rest: list[str], image: str, image_id: str) -> int:
+    if rest[-1] != image:
+        sys.stderr.write(f"Error: no such image {rest[-1]}\n")
+        return 1
+    sys.stdout.write(image_id + "\n")
+    return 0
+
+
+def _ps(rest: list[str], state: Path) -> int:
+    wanted = rest[rest.index("--filter") + 1].removeprefix("name=^").removesuffix("$")
+    if (state / wanted).exists():
+        sys.stdout.write(f"c0ffee{abs(hash(wanted)) % 10**6:06d}\n")
+    return 0
+
+
+def _rm(rest: list[str], state: Path) -> int:
+    f = state / rest[-1]
+    if f.exists():
+        try:
+            os.killpg(int(f.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError, PermissionError):
+            pass
+        f.unlink()
+    return 0
+
+
+def _run_flags(rest: list[str]) -> tuple[dict[str, str], str | None, int]:
+    """The container's environment, its ``--name`` and the index of the image in ``rest``."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root"}
     name: str | None = None
     i = 0
@@ -64,6 +81,11 @@ def main(argv: list[str]) -> int:
         if flag == "--name":
             name = value
         i += 2 if flag in _VALUED else 1
+    return env, name, i
+
+
+def _run(rest: list[str], state: Path, image: str) -> int:
+    env, name, i = _run_flags(rest)
     if rest[i] != image:
         sys.stderr.write(f"Unable to find image '{rest[i]}' locally\n")
         return 125

@@ -279,17 +279,37 @@ async def _generate(state: _State, path: str, body: bytes, writer: asyncio.Strea
     if zero_delay and fault == "none":
         # The ingest benchmark's server: the whole answer is built once per shape and written at once,
         # so the server costs next to nothing and the client is what gets measured.
-        cached = state.bodies.get((kind, isl, osl))
-        if cached is None:
-            st = _Stream(kind, isl, osl, fault, cfg, 0)
-            frames = [*st.head_frames(), *(f for _, f in st.content_frames()), *st.tail_frames()]
-            cached = state.bodies[(kind, isl, osl)] = _SSE_HEAD + b"".join(map(_chunk, frames)) + b"0\r\n\r\n"
-        writer.write(cached)
+        writer.write(_whole_answer(state, kind, isl, osl))
         return True
-    stream = _Stream(kind, isl, osl, fault, cfg, seq)
     writes: list[list[float]] = []
     if cfg.record_stamps:
         state.stamps.append({"key": _key(path, req), "t_recv": t_recv, "writes": writes})
+    stream = _Stream(kind, isl, osl, fault, cfg, seq)
+    return await _write_stream(writer, stream, fault, cfg, t_recv, writes, drain=not zero_delay)
+
+
+def _whole_answer(state: _State, kind: str, isl: int, osl: int) -> bytes:
+    """The complete fault-free chunked SSE response of one shape, built on first use and kept."""
+    cached = state.bodies.get((kind, isl, osl))
+    if cached is None:
+        st = _Stream(kind, isl, osl, "none", state.config, 0)
+        frames = [*st.head_frames(), *(f for _, f in st.content_frames()), *st.tail_frames()]
+        cached = state.bodies[(kind, isl, osl)] = _SSE_HEAD + b"".join(map(_chunk, frames)) + b"0\r\n\r\n"
+    return cached
+
+
+async def _write_stream(
+    writer: asyncio.StreamWriter,
+    stream: _Stream,
+    fault: str,
+    cfg: MockConfig,
+    t_recv: float,
+    writes: list[list[float]],
+    *,
+    drain: bool,
+) -> bool:
+    """Head frames, the content frames paced by TTFT and ITL (a fault strikes at the middle one), tail frames;
+    the write time of each content frame goes to ``writes`` with ``record_stamps``."""
     content = stream.content_frames()
     writer.write(_SSE_HEAD)
     for f in stream.head_frames():
@@ -300,31 +320,41 @@ async def _generate(state: _State, path: str, body: bytes, writer: asyncio.Strea
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        if fault in ("truncated", "disconnect") and j == len(content) // 2:
-            writer.write(_chunk(frame[: len(frame) // 2]))
-            if fault == "disconnect":
-                await writer.drain()
-                return False
-            writer.write(b"0\r\n\r\n")
-            return True
-        if fault == "bad_json" and j == len(content) // 2:
-            writer.write(_chunk(b'data: {"choices": [{"text": "x"\n\n'))
-        if fault == "bad_utf8" and j == len(content) // 2:
-            writer.write(_chunk(b'data: {"text": "\xff\xfe"}\n\n'))
-        if fault == "error_frame" and j == len(content) // 2:
-            err = {"error": {"message": "mock: engine failure", "type": "invalid_request_error", "code": 500}}
-            writer.write(_chunk(_frame(err)) + _chunk(_DONE) + b"0\r\n\r\n")
-            return True
+        if j == len(content) // 2:
+            ended = await _mid_stream_fault(fault, frame, writer)
+            if ended is not None:
+                return ended
         t = time.perf_counter()
         writer.write(_chunk(frame))
         if cfg.record_stamps:
             writes.append([cum, t])
-        if not zero_delay:
+        if drain:
             await writer.drain()
     for f in stream.tail_frames():
         writer.write(_chunk(f))
     writer.write(b"0\r\n\r\n")
     return True
+
+
+async def _mid_stream_fault(fault: str, frame: bytes, writer: asyncio.StreamWriter) -> bool | None:
+    """The fault at the middle content frame: ``True``/``False`` when it ends the response (``False``: the
+    connection is dropped), ``None`` when the stream goes on (after a bad frame for ``bad_json``/``bad_utf8``)."""
+    if fault in ("truncated", "disconnect"):
+        writer.write(_chunk(frame[: len(frame) // 2]))
+        if fault == "disconnect":
+            await writer.drain()
+            return False
+        writer.write(b"0\r\n\r\n")
+        return True
+    if fault == "bad_json":
+        writer.write(_chunk(b'data: {"choices": [{"text": "x"\n\n'))
+    if fault == "bad_utf8":
+        writer.write(_chunk(b'data: {"text": "\xff\xfe"}\n\n'))
+    if fault == "error_frame":
+        err = {"error": {"message": "mock: engine failure", "type": "invalid_request_error", "code": 500}}
+        writer.write(_chunk(_frame(err)) + _chunk(_DONE) + b"0\r\n\r\n")
+        return True
+    return None
 
 
 async def _handle(state: _State, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -170,3 +170,29 @@ def test_history_with_no_matching_point_says_so_and_exits_non_zero(
     monkeypatch.setenv("SSKJ_DB", str(tmp_path / "r.sqlite"))
     rc = main(["history", "--shape", "foo"])
     assert rc == 1 and "no stored point matches --shape foo" in capsys.readouterr().err
+
+
+def test_baseline_lookup_order_last_release_with_nothing_and_the_error_naming_the_database(tmp_path: Path) -> None:
+    """resolve_baseline: files first unless prefer_db; last-release with no mark anywhere says where it looked;
+    an unknown ref names the database when one is open."""
+    from pytest_sskj.history.gate import BaselineError, resolve_baseline
+
+    reports = tmp_path / "reports"
+    run_dir = make_run(reports, "runA", [100.0, 101.0])
+    db = ResultsDB(_sqlite(tmp_path))
+    import_run(db, run_dir)
+    assert resolve_baseline("runA", reports, db).source == f"run directory {run_dir}"
+    assert resolve_baseline("runA", reports, db, prefer_db=True).source == f"database {db.display}"
+    only_files = make_run(reports, "runB", [90.0])
+    assert resolve_baseline("runB", reports, db, prefer_db=True).source == f"run directory {only_files}"
+    assert resolve_baseline("runA", tmp_path / "elsewhere", db).source == f"database {db.display}"
+    for database in (None, db):
+        with pytest.raises(BaselineError) as exc:
+            resolve_baseline("last-release", reports, database)
+        assert str(exc.value) == f"--sskj-baseline last-release: no release mark in {reports / 'releases'}"
+    with pytest.raises(BaselineError) as exc:
+        resolve_baseline("v9", reports, db)
+    assert str(exc.value) == (
+        f"--sskj-baseline v9: no release tag or run id 'v9' in {reports} or the database "
+        "(release tags: none; latest runs: runB, runA)"
+    ), str(exc.value)

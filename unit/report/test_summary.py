@@ -199,3 +199,29 @@ def test_pd_decode_points_show_tpot_p50_p95_as_the_users_write_them() -> None:
     assert medians_cells(p) == (
         "-", "8", "pd", "6364.31", "20.55 s", "21.34 s", "63.20 ms", "66.55 ms", "55.00 s", "baseline",
     ), medians_cells(p)  # fmt: skip
+
+
+def test_failed_points_plots_and_the_baseline_choice_in_the_rendered_summary() -> None:
+    from pathlib import Path
+
+    rows: list[dict[str, Any]] = [
+        {"backend": "a", "chunk": 4096, "concurrency": 8, "repeat": 0, "status": "passed", "input_throughput": 100.0},
+        {"backend": "b", "chunk": 4096, "concurrency": 8, "repeat": 0, "status": "passed", "input_throughput": 110.0},
+        {"backend": "b", "chunk": 4096, "concurrency": 8, "repeat": 1, "status": "error", "category": "oom"},
+        {"backend": "b", "chunk": 4096, "concurrency": 8, "repeat": 2, "status": None},
+    ]
+    plots = [Path("/run/plots/throughput_vs_chunk.png"), Path("/run/plots/ttft_cdf.png")]
+    md = render_summary(rows, [], manifest={"settings": "not a table"}, baseline="b", plots=plots)
+    assert md.startswith("# pytest-sskj run ?\n")
+    assert "| 4K | 8 | b | 110.00 |" in md and "| baseline | 1/3 |" in md, md
+    assert "| 4K | 8 | a | 100.00 |" in md and "\u22129.09% TPS" in md, "the named baseline, not the first backend"
+    assert "| b | 4K | 8 | 1 | error (oom) | - |" in md, md
+    assert "| b | 4K | 8 | 2 |" not in md, "a row without a status is not listed as failed"
+    assert "## Verdicts" not in md, "no verdicts, no verdict table"
+    assert md.endswith(
+        "## Plots\n\n![throughput_vs_chunk](plots/throughput_vs_chunk.png)\n![ttft_cdf](plots/ttft_cdf.png)\n"
+    )
+    from_settings = render_summary(rows, [], manifest={"settings": {"backends": ["b", "a"]}})
+    assert "| 4K | 8 | b | 110.00 |" in from_settings and "\u22129.09% TPS" in from_settings, (
+        "without --baseline the first configured backend is the baseline"
+    )
