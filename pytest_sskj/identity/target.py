@@ -3,6 +3,8 @@
 :func:`check_target` asks the server what it runs and compares every label the run was given (``backend``,
 ``chunk``, the layout ``tp``/``ep``/``dp``/``pp``, ``model_path``) with it:
 
+What each engine reports is its ``Engine.served_labels`` (:mod:`pytest_sskj.engines`):
+
 * **SGLang** (and the stand-in cluster, which serves SGLang's own ``/server_info``): ``/server_info`` (then
   ``/get_server_info``) gives ``moe_runner_backend``, ``chunked_prefill_size`` (divided by ``attn_dp_size``
   under DP attention), ``tp_size``/``ep_size``/``dp_size``/``attn_dp_size``/``pp_size``, ``model_path`` and
@@ -78,107 +80,6 @@ def given_labels(settings: Settings) -> dict[str, Any]:
     return out
 
 
-def _get(url: str, path: str, timeout_s: float, **params: str) -> Any:
-    import httpx
-
-    try:
-        r = httpx.get(url.rstrip("/") + path, params=params or None, timeout=timeout_s, trust_env=False)
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
-        return None
-    if path == "/metrics":
-        return r.text
-    try:
-        return r.json()
-    except ValueError:
-        return None
-
-
-def _sglang_served(url: str, timeout_s: float) -> tuple[dict[str, Any], dict[str, str]]:
-    from pytest_sskj.engines.sglang import fetch_server_info
-
-    info = fetch_server_info(url, timeout_s)
-    if info is None:
-        why = "the server answers neither /server_info nor /get_server_info"
-        return {}, {k: why for k in ("backend", "chunk", "tp", "ep", "dp", "pp", "model_path")}
-    attn = info.get("attn_dp_size") if isinstance(info.get("attn_dp_size"), int) else 1
-    dp = attn if attn and attn > 1 else info.get("dp_size")
-    served = {
-        "version": info.get("version"),
-        "backend": info.get("moe_runner_backend"),
-        "chunk": info.get("chunked_prefill_size"),
-        "chunk_divisor": attn or 1,
-        "tp": info.get("tp_size"),
-        "ep": info.get("ep_size"),
-        "dp": dp,
-        "pp": info.get("pp_size"),
-        "model_path": info.get("model_path"),
-        "source": "/server_info",
-    }
-    missing = {k: f"/server_info reports no {k}" for k, v in served.items() if v is None}
-    return {k: v for k, v in served.items() if v is not None}, missing
-
-
-def _vllm_served(url: str, timeout_s: float) -> tuple[dict[str, Any], dict[str, str]]:
-    from pytest_sskj.engines.vllm import flatten_server_info, metrics_cache_config
-
-    served: dict[str, Any] = {"sources": []}
-    version = _get(url, "/version", timeout_s)
-    if isinstance(version, Mapping) and version.get("version"):
-        served["version"] = version["version"]
-        served["sources"].append("/version")
-    models = _get(url, "/v1/models", timeout_s)
-    data = models.get("data") if isinstance(models, Mapping) else None
-    if isinstance(data, list) and data and isinstance(data[0], Mapping):
-        m = data[0]
-        served.update(model=m.get("id"), model_path=m.get("root") or m.get("id"), max_model_len=m.get("max_model_len"))
-        served["sources"].append("/v1/models")
-    metrics = _get(url, "/metrics", timeout_s)
-    if isinstance(metrics, str):
-        gauge = metrics_cache_config(metrics)
-        if gauge:
-            served["cache_config"] = {k: gauge[k] for k in ("block_size", "enable_prefix_caching") if k in gauge}
-        served["sources"].append("/metrics")
-    info = _get(url, "/server_info", timeout_s, config_format="json")
-    flat = flatten_server_info(info) if isinstance(info, Mapping) else {}
-    missing: dict[str, str] = {}
-    if flat:
-        served["sources"].append("/server_info")
-        served.update(backend=flat.get("moe_backend"), chunk=flat.get("max_num_batched_tokens"),
-                      tp=flat.get("tensor_parallel_size"), pp=flat.get("pipeline_parallel_size"),
-                      dp=flat.get("data_parallel_size"))  # fmt: skip
-        if "enable_expert_parallel" in flat:
-            served["expert_parallel"] = flat["enable_expert_parallel"]
-        missing["ep"] = "vLLM reports expert parallelism as on/off only (enable_expert_parallel), not an EP size"
-    else:
-        why = "without VLLM_SERVER_DEV_MODE=1 (/server_info 404)"
-        missing.update(
-            backend=f"vLLM exposes no MoE backend {why}",
-            chunk=f"vLLM exposes no max_num_batched_tokens {why}",
-            **{k: f"vLLM exposes no parallel sizes {why}" for k in ("tp", "ep", "dp", "pp")},
-        )
-    if "model_path" not in served:
-        missing["model_path"] = "/v1/models did not answer"
-    return {k: v for k, v in served.items() if v is not None}, missing
-
-
-def _embedded_served(url: str, timeout_s: float) -> tuple[dict[str, Any], dict[str, str]]:
-    props = _get(url, "/props", timeout_s)
-    served: dict[str, Any] = {}
-    if isinstance(props, Mapping):
-        served["model_path"] = props.get("model_path")
-        served["source"] = "/props"
-    why = "the embedded llama.cpp server does not report it"
-    missing = {k: why for k in ("backend", "chunk", "tp", "ep", "dp", "pp")}
-    if not served.get("model_path"):
-        missing["model_path"] = why
-    return {k: v for k, v in served.items() if v is not None}, missing
-
-
-_READERS = {"sglang": _sglang_served, "vllm": _vllm_served, "embedded": _embedded_served}
-
-
 def _matches(label: str, want: Any, served: Mapping[str, Any]) -> bool:
     got = served[label]
     if label == "chunk":
@@ -191,12 +92,10 @@ def _matches(label: str, want: Any, served: Mapping[str, Any]) -> bool:
 
 def check_target(settings: Settings, url: str, *, timeout_s: float = 10.0) -> TargetCheck:
     """Ask the server at ``url`` what it runs and compare the run's given labels with it."""
-    reader = _READERS.get(settings.engine)
+    from pytest_sskj.engines import get_engine
+
     labels = given_labels(settings)
-    if reader is None:
-        why = f"no verification is defined for engine {settings.engine}"
-        return TargetCheck(url, settings.engine, {}, (), tuple((k, why) for k in labels), ())
-    served, missing = reader(url, timeout_s)
+    served, missing = get_engine(settings.engine).served_labels(url, timeout_s)
     verified: list[str] = []
     unverified: list[tuple[str, str]] = []
     contradictions: list[str] = []
