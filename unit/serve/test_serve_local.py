@@ -127,6 +127,8 @@ def test_acceptance_benchmarks_a_named_deployment_and_every_verdict_says_which_l
         assert verdicts, f"no verdicts were written:\n{out[-3000:]}"
         for v in verdicts:
             assert "labels not verified: backend" in v["message"], v["message"]
+        summary = (reports / "r1" / "summary.md").read_text()
+        assert "- labels not verified: backend (the embedded llama.cpp server does not report it)" in summary
         missing = subprocess.run([*argv[:5], "nope", *argv[6:]], cwd=REPO, capture_output=True, text=True,
                                  timeout=120, check=False)  # fmt: skip
         assert missing.returncode == 4 and "no deployment named 'nope'" in missing.stderr + missing.stdout
