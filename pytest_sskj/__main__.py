@@ -288,8 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _release(args)
     if args.command == "profiles":
         from pytest_sskj.deploy.show import profiles_command
+        from pytest_sskj.profile import profile_keys
+        from pytest_sskj.subsystems import OPTIONS
 
-        return profiles_command(args.action or "list", getattr(args, "name", None), _out, _err)
+        keys = profile_keys(OPTIONS)
+        return profiles_command(args.action or "list", getattr(args, "name", None), _out, _err, keys)
     if args.command == "report":
         return _report(args)
     from pytest_sskj.history import cli as history_cli

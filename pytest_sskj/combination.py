@@ -17,11 +17,13 @@ from pytest_sskj.deploy.layouts import build_shapes, layout_problems, parse_size
 from pytest_sskj.deploy.topology import bind_run, topology_from_table
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import usage_error, where
+from pytest_sskj.spec import SpecOverride, narrowed_settings
 from pytest_sskj.validate import check_settings
 
 if TYPE_CHECKING:
     from pytest_sskj.options import Option
     from pytest_sskj.profile import Profile
+    from pytest_sskj.registry import Registry
     from pytest_sskj.settings import Settings
 
 __all__ = ["check_all", "check_combination", "dimensions"]
@@ -178,32 +180,34 @@ def _check_layouts(s: Settings) -> None:
         )
 
 
+def _cells(s: Settings) -> list[tuple[str, Settings]]:
+    """One narrowed settings per server of the run's layouts or deployment groups, each through the ServerSpec
+    builder's override (:class:`~pytest_sskj.spec.SpecOverride`, as ``acceptance/matrix.spec_for`` and
+    ``deploy/deployment.group_spec`` build their specs)."""
+    if s.layouts:
+        return [
+            (f"layout {x.name}", narrowed_settings(s, SpecOverride(tp=x.tp, dp=x.dp, ep=x.ep, pp=x.pp)))
+            for x in s.layouts
+        ]
+    if s.deployment is None:
+        return []
+    return [
+        (
+            f"deployment group {g.name}",
+            narrowed_settings(
+                s,
+                SpecOverride(nodes=g.nodes, tp=g.tp, ep=g.ep, dp=g.dp, pp=g.pp, placement=g.placement),
+                backends=(g.backend,) if g.backend else (),
+                chunks=(g.chunk,) if g.chunk else (),
+            ),
+        )
+        for g in s.deployment.groups
+    ]
+
+
 def _engine_checks(s: Settings, info: Any) -> None:
     """The engine's checks, once per layout or deployment group when the run has them (each is a server)."""
-    from dataclasses import replace
-
-    cells: list[tuple[str, Settings]] = []
-    if s.layouts:
-        cells = [(f"layout {x.name}", replace(s, tp=x.tp, dp=x.dp, ep=x.ep, pp=x.pp, layouts=())) for x in s.layouts]
-    elif s.deployment is not None:
-        cells = [
-            (
-                f"deployment group {g.name}",
-                replace(
-                    s,
-                    nodes=g.nodes,
-                    tp=g.tp,
-                    dp=g.dp,
-                    ep=g.ep,
-                    pp=g.pp,
-                    placement=g.placement,
-                    deployment=None,
-                    backends=(g.backend,) if g.backend else (),
-                    chunks=(g.chunk,) if g.chunk else (),
-                ),
-            )
-            for g in s.deployment.groups
-        ]
+    cells = _cells(s)
     if not cells:
         info.check_settings(s)
         return
@@ -266,3 +270,10 @@ def check_all(s: Settings, opts: Mapping[str, Option]) -> None:
     """The engine/layout combination checks, then the generic ones (:func:`check_settings`)."""
     check_combination(s, opts)
     check_settings(s)
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns:
+    the derived dimensions and the engine/layout combination checks."""
+    registry.add_dimensions(dimensions)
+    registry.add_check(check_combination)

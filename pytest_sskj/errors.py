@@ -39,6 +39,7 @@ __all__ = [
     "ServerLaunchError",
     "SskjError",
     "StreamProtocolError",
+    "ValueProblem",
 ]
 
 
@@ -100,3 +101,15 @@ class ReleaseRefused(SskjError):
     def __init__(self, reasons: list[str]) -> None:
         self.reasons = list(reasons)
         super().__init__("release refused:\n" + "\n".join(f"  - {r}" for r in self.reasons))
+
+
+class ValueProblem(ValueError):
+    """A bad option value whose owner knows what is accepted and a hint: :mod:`pytest_sskj.settings` puts
+    ``problem`` after the value's source and ``accepted`` and ``hint`` on the usage error's own lines.
+    ``str()`` is ``detail`` (default ``problem``), for callers that print it alone."""
+
+    def __init__(self, problem: str, accepted: str, hint: str, detail: str | None = None) -> None:
+        super().__init__(detail or problem)
+        self.problem = problem
+        self.accepted = accepted
+        self.hint = hint

@@ -34,6 +34,7 @@ __all__ = ["INTERRUPT_GRACE_S", "Terminated", "install", "on_interrupt", "receiv
 
 _PREVIOUS = "signal_handlers"
 _CALLBACKS = "interrupt_callbacks"
+_FINISH = "interrupt_finish"
 INTERRUPT_GRACE_S = 1.0
 """Stop grace of every server once the session is interrupted (SIGTERM to the leader, half of it, then the
 group, then SIGKILL): an interrupted run keeps what it measured and has nothing left to wait for."""
@@ -51,10 +52,10 @@ def _run_callbacks(extra: dict[str, Any]) -> None:
 
 
 def _exit_now(config: pytest.Config, signum: int) -> None:
-    from pytest_sskj.plugin import finish_manifest
-
+    finish = config.stash[EXTRA_KEY].get(_FINISH)
     with contextlib.suppress(Exception):  # the manifest says interrupted, not running (a few ms)
-        finish_manifest(config, 2)
+        if finish is not None:
+            finish(config, 2)
     os.write(
         2,
         f"\nsskj: second {signal.Signals(signum).name}: exiting now (finished points are kept; the "
@@ -67,11 +68,17 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread when the session receives SIGTERM."""
 
 
-def install(config: pytest.Config) -> None:
-    """Handle SIGTERM and SIGINT for this session (a no-op off the main thread)."""
+def install(config: pytest.Config, finish: Callable[[pytest.Config, int], None] | None = None) -> None:
+    """Handle SIGTERM and SIGINT for this session (a no-op off the main thread).
+
+    ``finish``: what a second signal runs before the process exits at once (the entry layer passes
+    :func:`pytest_sskj.plugin.finish_manifest`, so that the manifest says ``interrupted``); this module imports
+    nothing above it."""
     if threading.current_thread() is not threading.main_thread():
         return
     extra = config.stash[EXTRA_KEY]
+    if finish is not None:
+        extra[_FINISH] = finish
     previous: dict[int, Any] = {}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

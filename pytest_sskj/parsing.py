@@ -7,11 +7,14 @@ says what was wrong and what is accepted.  :mod:`pytest_sskj.settings` turns tho
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
+    "check_host",
+    "check_template",
     "expand_nodes",
     "parse_bool",
     "parse_int",
@@ -140,6 +143,37 @@ def parse_name_list(text: str | Sequence[str], *, twice_ok: bool = False) -> tup
     return tuple(items)
 
 
+_LABEL_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
+
+
+def check_host(host: str) -> str:
+    """A host name per RFC 1123 (labels of letters, digits and inner '-', 1-63 characters, 253 in all), or an
+    IPv4/IPv6 address; ``ValueError`` otherwise."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if len(host) > 253:
+        raise ValueError(f"host name {host[:40]!r}... is longer than 253 characters (RFC 1123)")
+    for label in host.split("."):
+        if not _LABEL_RE.fullmatch(label):
+            raise ValueError(
+                f"{host!r} is not a host name: label {label!r} must be 1-63 letters, digits or inner '-' (RFC 1123)"
+            )
+    if re.fullmatch(r"[0-9]+-[0-9A-Za-z]*", host) and not re.fullmatch(r"[0-9]+-[0-9]+", host):
+        raise ValueError(f"{host!r} looks like a node range but is not one: a range is two numbers, 601-604")
+    return host
+
+
+def check_template(text: str) -> str:
+    """A node template: exactly one ``{}`` and no other brace; the host names it makes are RFC 1123 names."""
+    if text.count("{}") != 1 or text.replace("{}", "").count("{") or text.replace("{}", "").count("}"):
+        raise ValueError(f"{text!r} must contain '{{}}' exactly once (where the node number goes) and no other brace")
+    check_host(text.replace("{}", "601"))
+    return text
+
+
 INVENTORY_PREFIX = "inventory:"
 _RANGE_RE = re.compile(r"^([A-Za-z._-]*?)([0-9]+)-([A-Za-z._-]*?)([0-9]+)$", re.ASCII)
 _HOST_RE = re.compile(r"^[A-Za-z0-9:]([A-Za-z0-9.:-]*[A-Za-z0-9])?$", re.ASCII)
@@ -173,6 +207,43 @@ def _load_inventory(path: Path) -> list[str]:
     return out
 
 
+def _inventory_hosts(item: str, base_dir: Path | None) -> list[str]:
+    path = Path(item[1:] if item.startswith("@") else item[len(INVENTORY_PREFIX) :])
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    return [check_host(h) for h in _load_inventory(path)]
+
+
+def _range_hosts(item: str, m: re.Match[str], template: str) -> list[str]:
+    p1, a, p2, b = m.group(1), m.group(2), m.group(3), m.group(4)
+    if p2 and p2 != p1:
+        raise ValueError(f"range {item!r} mixes prefixes {p1!r} and {p2!r}; write e.g. gpu601-gpu604")
+    lo, hi = int(a), int(b)
+    if lo > hi:
+        raise ValueError(f"range {item!r} runs backwards; write it low-high, e.g. {b}-{a}")
+    if hi - lo >= 4096:
+        raise ValueError(f"range {item!r} expands to more than 4096 nodes")
+    width = len(a) if a.startswith("0") else 0
+    nums = (str(n).zfill(width) for n in range(lo, hi + 1))
+    return [check_host(p1 + num if p1 else template.format(num)) for num in nums]
+
+
+def _item_hosts(item: str, template: str, base_dir: Path | None) -> list[str]:
+    """The hosts of one comma item: an inventory file, a range, a bare number or a host name."""
+    if item.startswith(("@", INVENTORY_PREFIX)):
+        return _inventory_hosts(item, base_dir)
+    m = _RANGE_RE.match(item)
+    if m:
+        return _range_hosts(item, m, template)
+    if item.isascii() and item.isdigit():
+        return [check_host(template.format(item))]
+    if not _HOST_RE.match(item):
+        raise ValueError(
+            f"{item!r} is neither a node number, a range (601-604, gpu601-gpu604), a host name nor inventory:FILE.toml"
+        )
+    return [check_host(item)]
+
+
 def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: Path | None = None) -> tuple[str, ...]:
     """Expand a node list into host names; node 0 of the result is rank 0.
 
@@ -188,8 +259,6 @@ def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: P
     >>> expand_nodes("601,603", template="node{}.lan")
     ('node601.lan', 'node603.lan')
     """
-    from pytest_sskj.schema import check_host, check_template
-
     try:
         check_template(template)
     except ValueError as exc:
@@ -197,38 +266,7 @@ def expand_nodes(text: str | Sequence[str], *, template: str = "{}", base_dir: P
     items = _split(text)
     if not items:
         raise ValueError("the node list is empty; give e.g. 601-604, 601,603, gpu601-gpu604 or inventory:FILE")
-    hosts: list[str] = []
-    for item in items:
-        if item.startswith(("@", INVENTORY_PREFIX)):
-            path = Path(item[1:] if item.startswith("@") else item[len(INVENTORY_PREFIX) :])
-            if base_dir is not None and not path.is_absolute():
-                path = base_dir / path
-            hosts.extend(check_host(h) for h in _load_inventory(path))
-            continue
-        m = _RANGE_RE.match(item)
-        if m:
-            p1, a, p2, b = m.group(1), m.group(2), m.group(3), m.group(4)
-            if p2 and p2 != p1:
-                raise ValueError(f"range {item!r} mixes prefixes {p1!r} and {p2!r}; write e.g. gpu601-gpu604")
-            lo, hi = int(a), int(b)
-            if lo > hi:
-                raise ValueError(f"range {item!r} runs backwards; write it low-high, e.g. {b}-{a}")
-            if hi - lo >= 4096:
-                raise ValueError(f"range {item!r} expands to more than 4096 nodes")
-            width = len(a) if a.startswith("0") else 0
-            for n in range(lo, hi + 1):
-                num = str(n).zfill(width)
-                hosts.append(check_host(p1 + num if p1 else template.format(num)))
-            continue
-        if item.isascii() and item.isdigit():
-            hosts.append(check_host(template.format(item)))
-            continue
-        if not _HOST_RE.match(item):
-            raise ValueError(
-                f"{item!r} is neither a node number, a range (601-604, gpu601-gpu604), a host name nor "
-                "inventory:FILE.toml"
-            )
-        hosts.append(check_host(item))
+    hosts = [h for item in items for h in _item_hosts(item, template, base_dir)]
     seen: set[str] = set()
     dupes = [h for h in hosts if h in seen or seen.add(h)]  # type: ignore[func-returns-value]
     if dupes:

@@ -32,8 +32,9 @@ _SUBPLUGINS = (
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     from pytest_sskj.options import register_options
+    from pytest_sskj.subsystems import OPTIONS
 
-    register_options(parser)
+    register_options(parser, OPTIONS)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -59,12 +60,13 @@ def _is_worker(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     from pytest_sskj.markers import register_markers
     from pytest_sskj.settings import resolve_settings
+    from pytest_sskj.subsystems import build_registry
 
     register_markers(config)
     config.stash[EXTRA_KEY] = {}
     if config.option.help or config.option.version:
         return
-    settings = resolve_settings(config)
+    settings = resolve_settings(config, build_registry())
     if _is_worker(config):  # every xdist worker shares the controller's run id
         run_id = config.workerinput.get("sskj_run_id")  # type: ignore[attr-defined]
         if run_id:
@@ -131,7 +133,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     from pytest_sskj import interrupts
 
-    interrupts.install(config)  # SIGTERM unwinds like Ctrl-C: an interrupted, not a vanished, run
+    interrupts.install(config, finish_manifest)  # SIGTERM unwinds like Ctrl-C: an interrupted, not a vanished, run
     from pytest_sskj.report.manifest import RunManifest, ensure_reports_root
     from pytest_sskj.report.scrub import settings_secrets
 

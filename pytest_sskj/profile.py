@@ -28,13 +28,18 @@ the file.  A file without ``[layers]`` is a flat profile (every key a setting na
 
 from __future__ import annotations
 
+import difflib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.options import OPTIONS
+from pytest_sskj.errors import ValueProblem
+
+if TYPE_CHECKING:
+    from pytest_sskj.options import Option
+    from pytest_sskj.registry import Registry
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,26 +47,28 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = [
-    "DEPLOYMENT_KEYS",
     "MATRIX_KEYS",
     "MODEL_KEYS",
     "PLATFORM_KEYS",
-    "PROFILE_KEYS",
     "SLO_TIERS",
     "Profile",
     "find_profile",
     "list_profiles",
     "load_profile",
+    "profile_keys",
     "profile_roots",
     "settle_matrix",
 ]
 
 _ALIASES = {"model": "model_name", "backend": "backends", "chunk": "chunks", "concurrency": "concurrencies"}
 _NOT_IN_PROFILE = {"profile", "dry_run", "run_id", "resume"}
-PROFILE_KEYS: tuple[str, ...] = tuple(
-    sorted({o.dest for o in OPTIONS if o.dest not in _NOT_IN_PROFILE} | set(_ALIASES))
-)
-"""Setting keys a deployment (or flat) profile may set."""
+
+
+def profile_keys(options: Iterable[Option]) -> tuple[str, ...]:
+    """Setting keys a deployment (or flat) profile may set: the option table's settings (the rows of the option
+    registry) but the run's own (profile, dry run, run id, resume), and the users' singular spellings."""
+    return tuple(sorted({o.dest for o in options if o.dest not in _NOT_IN_PROFILE} | set(_ALIASES)))
+
 
 SLO_TIERS: Mapping[str, str] = {
     # the users' S2 tier for DSV4-Flash / GLM5.2 serving: TTFT P95 < 3 s, TPOT P95 < 50 ms, strictly (seed 004)
@@ -87,7 +94,6 @@ MODEL_KEYS: tuple[str, ...] = (
     "trust_remote_code",
 )
 _DEPLOYMENT_ONLY = ("deployment", "description", "layers", "layouts", "slo_tier")
-DEPLOYMENT_KEYS: tuple[str, ...] = tuple(sorted({*PROFILE_KEYS, *_DEPLOYMENT_ONLY}))
 _LAYER_KINDS = ("platform", "model")
 _LAYER_DIRS = {"platform": "platforms", "model": "models"}
 _PLATFORM_SETTINGS = {"name": "platform", "gpus_per_node": "gpus_per_node"}
@@ -151,8 +157,17 @@ def find_profile(ref: str | Path, search: Sequence[Path] = ()) -> Path:
             if cand.is_file():
                 return cand
     where = ", ".join(str(r) for r in roots) or "no profiles/ folder found"
-    known = ", ".join(n for n, _ in list_profiles(search)) or "none"
-    raise ValueError(f"profile {str(ref)!r} does not exist (looked for the file and under {where}); known: {known}")
+    names = [n for n, _ in list_profiles(search)]
+    known = ", ".join(names) or "none"
+    problem = f"profile {name!r} does not exist (looked for the file and under {where})"
+    close = difflib.get_close_matches(name.removesuffix(".toml"), names, n=1, cutoff=0.5)
+    raise ValueProblem(
+        problem,
+        accepted=f"a profile name from profiles/ ({known}) or a path to a .toml file",
+        hint=(f"did you mean --profile {close[0]}? " if close else "")
+        + "`python -m pytest_sskj profiles` lists the profiles, `profiles show NAME` prints one resolved",
+        detail=f"{problem}; known: {known}",
+    )
 
 
 def list_profiles(search: Sequence[Path] = ()) -> list[tuple[str, Path]]:
@@ -278,11 +293,13 @@ def _apply_deployment(m: _Merge, raw: Mapping[str, Any], path: Path) -> None:
         m.put("slo", SLO_TIERS[tier], path)
 
 
-def load_profile(path: Path) -> Profile:
-    """Read a profile and its layers; raise :class:`ValueError` saying what is wrong and what is accepted."""
+def load_profile(path: Path, keys: Sequence[str]) -> Profile:
+    """Read a profile and its layers; raise :class:`ValueError` saying what is wrong and what is accepted.
+    ``keys``: the setting keys it may set (:func:`profile_keys` of the option registry's rows)."""
     raw = _read(path)
     layered = "layers" in raw
-    _refuse_unknown(raw, DEPLOYMENT_KEYS if layered else (*PROFILE_KEYS, *_DEPLOYMENT_ONLY), path, "profile")
+    accepted = tuple(sorted({*keys, *_DEPLOYMENT_ONLY})) if layered else (*keys, *_DEPLOYMENT_ONLY)
+    _refuse_unknown(raw, accepted, path, "profile")
     m = _Merge()
     layers: dict[str, Path] = {}
     facts: dict[str, dict[str, Any]] = {}
@@ -356,3 +373,11 @@ def settle_matrix(
         if sources.get(key) == "engine":
             values[key] = value
             sources[key] = "default"
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns:
+    how a ``--profile`` reference is found and loaded."""
+    registry.set_profile_loader(
+        lambda ref, search: load_profile(find_profile(ref, search), profile_keys(registry.options))
+    )

@@ -1,18 +1,28 @@
-"""The seam between settings and the subsystems that own a value's meaning: the one file that lists it.
+"""The option registry: the seam between settings and the subsystems that own a value's meaning.
 
-:mod:`pytest_sskj.options`, :mod:`pytest_sskj.schema` and :mod:`pytest_sskj.settings` import no subsystem.
-What only a subsystem knows -- the engine names (``--engine`` choices) and each engine's defaults and checks,
-the SLO and agreement gate grammars, the shape lists, profiles, layouts and deployments, the cross-setting
-checks -- settings asks a :class:`Registry` for.  :func:`default_registry` fills it from the subsystems, each
-slot with the one function of its owner (imported when first asked for), so that this module is the only place
-where the foundation meets the layers above it.  Adding an engine changes nothing here (the engine registry
-lists it); a new value kind owned by a subsystem is one entry of :func:`value_parsers`.
+:mod:`pytest_sskj.settings` resolves every option row through a :class:`Registry` and imports no subsystem.
+The subsystems fill it, each with what it owns, the way pytest plugins fill pytest's parser in
+``pytest_addoption``: a module-level ``register(registry)`` function per subsystem --
+
+- ``server/options.py``, ``deploy/options.py``, ``acceptance/options.py``, ``gpu/options.py``,
+  ``report/options.py``, ``history/options.py`` -- the option rows (flags, kind, bounds, help);
+- :mod:`pytest_sskj.engines` -- ``--engine``'s choices, the default engine and the engine of a name (its
+  defaults and checks);
+- :mod:`pytest_sskj.slo`, :mod:`pytest_sskj.acceptance.agreement`, :mod:`pytest_sskj.deploy.layouts` -- the
+  parsers of the value kinds they own (``slo``, ``agreement``, ``size_seq``);
+- :mod:`pytest_sskj.profile` -- how a ``--profile`` reference is loaded;
+- :mod:`pytest_sskj.combination` -- the derived dimensions (layouts, shapes, deployment) and the engine and
+  layout combination checks; :mod:`pytest_sskj.validate` -- the ini-key check and the generic checks.
+
+:func:`pytest_sskj.subsystems.build_registry` (the entry layer) lists the subsystems in order and calls each
+``register``; this module imports none of them.  A new value kind owned by a subsystem is one ``add_parser``
+call in that subsystem's ``register``; a new engine changes nothing here (the engine registry lists it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,101 +34,112 @@ if TYPE_CHECKING:
     from pytest_sskj.profile import Profile
     from pytest_sskj.settings import Settings
 
-__all__ = ["Registry", "default_registry", "engine_names", "value_parsers"]
+__all__ = ["Check", "Dimensions", "ProfileLoader", "Registry", "RegistryError"]
+
+ProfileLoader = Callable[[str | Path, Sequence[Path]], "Profile"]
+"""A ``--profile`` reference (a file, or a name under the search folders' ``profiles/``) loaded."""
+Dimensions = Callable[[dict[str, Any], "Profile | None", Mapping[str, str], Mapping[str, "Option"]], None]
+"""Fills derived values of the resolved ``values`` in place (``layouts``, ``shapes``, ``deployment``)."""
+Check = Callable[["Settings", Mapping[str, "Option"]], None]
+"""A cross-setting check of the resolved settings; raises ``pytest.UsageError``."""
+IniCheck = Callable[["pytest.Config", Iterable[str]], None]
 
 
-def engine_names() -> tuple[str, ...]:
-    """The ``--engine`` choices: every engine of :mod:`pytest_sskj.engines`' registry, in its order."""
-    from pytest_sskj.engines import ENGINE_NAMES
-
-    return ENGINE_NAMES
+class RegistryError(LookupError):
+    """A slot that no subsystem filled, or one filled twice (a wiring error of the package, not a user's)."""
 
 
-def _slo(text: str) -> Any:
-    from pytest_sskj.slo import parse_slo
-
-    return parse_slo(text)
-
-
-def _agreement(text: str) -> Any:
-    from pytest_sskj.acceptance.agreement import parse_gates
-    from pytest_sskj.slo import check_agreement_text
-
-    check_agreement_text(text)
-    return parse_gates(text)
-
-
-def _size_seq(text: str) -> Any:
-    from pytest_sskj.deploy.layouts import parse_size_seq
-
-    return parse_size_seq(text)
-
-
-def value_parsers() -> Mapping[str, Callable[[str], Any]]:
-    """The parsers of the kinds a subsystem owns, by kind: ``slo``, ``agreement``, ``size_seq``."""
-    return {"slo": _slo, "agreement": _agreement, "size_seq": _size_seq}
-
-
-@dataclass(frozen=True)
 class Registry:
-    """Everything :func:`pytest_sskj.settings.resolve_settings` uses of the subsystems, typed."""
+    """Everything :func:`pytest_sskj.settings.resolve_settings` uses of the subsystems, filled by them.
 
-    parsers: Mapping[str, Callable[[str], Any]]
-    """Value parsers by option kind, for the kinds a subsystem owns (:func:`value_parsers`)."""
-    default_engine: str
-    engine: Callable[[str], Engine]
-    """The engine of a name: its defaults (the engine-default layer of the precedence) and checks."""
-    load_profile: Callable[[str | Path, Sequence[Path]], Profile]
-    """A ``--profile`` reference (a file, or a name under the search folders' ``profiles/``) loaded."""
-    check_ini_keys: Callable[[pytest.Config, Iterable[str]], None]
-    dimensions: Callable[[dict[str, Any], Profile | None, Mapping[str, str], Mapping[str, Option]], None]
-    """Fill ``layouts``, ``shapes`` (and ``isl``/``osl``) and ``deployment`` of the resolved values."""
-    check_settings: Callable[[Settings, Mapping[str, Option]], None]
-    """Every cross-setting check of the resolved settings (engines, layouts, files, nodes)."""
+    Settings reads: :attr:`options`, :attr:`parsers`, :attr:`default_engine`, :meth:`engine`,
+    :meth:`load_profile`, :meth:`check_ini_keys`, :meth:`dimensions`, :meth:`check_settings`.
+    Subsystems write with the ``add_*`` / ``set_*`` methods (each slot once; parsers and checks many)."""
 
+    def __init__(self, options: Sequence[Option] = ()) -> None:
+        self.options: tuple[Option, ...] = tuple(options)
+        """The option rows, in resolution (and ``--help``) order: the subsystems' in registration order."""
+        self.parsers: dict[str, Callable[[str], Any]] = {}
+        """Value parsers by option kind, for the kinds a subsystem owns."""
+        self._default_engine: str | None = None
+        self._engine: Callable[[str], Engine] | None = None
+        self._profiles: ProfileLoader | None = None
+        self._ini_checks: list[IniCheck] = []
+        self._dimensions: list[Dimensions] = []
+        self._checks: list[Check] = []
 
-def _load_profile(ref: str | Path, search: Sequence[Path]) -> Profile:
-    from pytest_sskj.profile import find_profile, load_profile
+    # -- filled by the subsystems ---------------------------------------------------------------------
+    def add_options(self, *rows: Option) -> None:
+        """A subsystem's option rows (its ``pytest_addoption``); a setting name, flag or ini key is one row's."""
+        taken = {o.dest for o in self.options} | {f for o in self.options for f in o.flags}
+        clash = sorted({o.dest for o in rows if o.dest in taken} | {f for o in rows for f in o.flags if f in taken})
+        if clash or len({o.dest for o in rows}) != len(rows):
+            raise RegistryError(f"option rows registered twice: {', '.join(clash) or 'within one subsystem'}")
+        self.options = (*self.options, *rows)
 
-    return load_profile(find_profile(ref, search))
+    def set_choices(self, dest: str, choices: Sequence[str]) -> None:
+        """The accepted words of the ``choice`` row ``dest`` that its owner knows (``--engine``: the engines)."""
+        rows = [o for o in self.options if o.dest == dest]
+        if len(rows) != 1 or rows[0].kind != "choice":
+            raise RegistryError(f"no choice row {dest!r} to set the choices of")
+        if rows[0].choices:
+            raise RegistryError(f"the choices of {dest!r} are set twice")
+        self.options = tuple(replace(o, choices_of=tuple(choices)) if o.dest == dest else o for o in self.options)
 
+    def add_parser(self, kind: str, parse: Callable[[str], Any]) -> None:
+        if kind in self.parsers:
+            raise RegistryError(f"value kind {kind!r} has two parsers")
+        self.parsers[kind] = parse
 
-def _engine(name: str) -> Engine:
-    from pytest_sskj.engines import get_engine
+    def set_engines(self, default: str, lookup: Callable[[str], Engine]) -> None:
+        if self._engine is not None:
+            raise RegistryError("the engines are registered twice")
+        self._default_engine, self._engine = default, lookup
 
-    return get_engine(name)
+    def set_profile_loader(self, load: ProfileLoader) -> None:
+        if self._profiles is not None:
+            raise RegistryError("two profile loaders are registered")
+        self._profiles = load
 
+    def add_ini_check(self, check: IniCheck) -> None:
+        self._ini_checks.append(check)
 
-def _check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
-    from pytest_sskj.validate import check_ini_keys
+    def add_dimensions(self, fill: Dimensions) -> None:
+        self._dimensions.append(fill)
 
-    check_ini_keys(config, known)
+    def add_check(self, check: Check) -> None:
+        """A cross-setting check; checks run in registration order, the first failure is the user's error."""
+        self._checks.append(check)
 
+    # -- read by settings --------------------------------------------------------------------------------
+    @property
+    def default_engine(self) -> str:
+        if self._default_engine is None:
+            raise RegistryError("no subsystem registered the engines (pytest_sskj.engines.register)")
+        return self._default_engine
 
-def _dimensions(
-    values: dict[str, Any], profile: Profile | None, sources: Mapping[str, str], opts: Mapping[str, Option]
-) -> None:
-    from pytest_sskj.combination import dimensions
+    def engine(self, name: str) -> Engine:
+        """The engine of a name: its defaults (the engine-default layer of the precedence) and checks."""
+        if self._engine is None:
+            raise RegistryError("no subsystem registered the engines (pytest_sskj.engines.register)")
+        return self._engine(name)
 
-    dimensions(values, profile, sources, opts)
+    def load_profile(self, ref: str | Path, search: Sequence[Path]) -> Profile:
+        if self._profiles is None:
+            raise RegistryError("no subsystem registered a profile loader (pytest_sskj.profile.register)")
+        return self._profiles(ref, search)
 
+    def check_ini_keys(self, config: pytest.Config, known: Iterable[str]) -> None:
+        keys = tuple(known)
+        for check in self._ini_checks:
+            check(config, keys)
 
-def _check_settings(s: Settings, opts: Mapping[str, Option]) -> None:
-    from pytest_sskj.combination import check_all
+    def dimensions(
+        self, values: dict[str, Any], profile: Profile | None, sources: Mapping[str, str], opts: Mapping[str, Option]
+    ) -> None:
+        for fill in self._dimensions:
+            fill(values, profile, sources, opts)
 
-    check_all(s, opts)
-
-
-def default_registry() -> Registry:
-    """The registry of this package's subsystems."""
-    from pytest_sskj.engines import DEFAULT_ENGINE
-
-    return Registry(
-        parsers=value_parsers(),
-        default_engine=DEFAULT_ENGINE,
-        engine=_engine,
-        load_profile=_load_profile,
-        check_ini_keys=_check_ini_keys,
-        dimensions=_dimensions,
-        check_settings=_check_settings,
-    )
+    def check_settings(self, settings: Settings, opts: Mapping[str, Option]) -> None:
+        for check in self._checks:
+            check(settings, opts)

@@ -17,7 +17,6 @@ subsystem in :mod:`pytest_sskj.registry` and looked up by kind.
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import math
 import os
 import re
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pytest_sskj import parsing
+from pytest_sskj.parsing import check_host, check_template
 from pytest_sskj.redact import redact_url
 
 if TYPE_CHECKING:
@@ -92,7 +92,6 @@ _USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}", re.ASCII)
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 _SSH_OPTION_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*)(=|\s+)(\S.*)", re.ASCII)
 _COMMAND_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*", re.ASCII)
-_LABEL_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
 _VIRTUAL_FS = (Path("/proc"), Path("/sys"), Path("/dev"))
 _DB_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg", "postgresql+psycopg2")
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -197,34 +196,6 @@ def _sizes_in_bounds(opt: Option, values: tuple[int, ...]) -> tuple[int, ...]:
 
 
 # -- names and hosts ---------------------------------------------------------------------------------------
-
-
-def check_host(host: str) -> str:
-    """A host name per RFC 1123 (labels of letters, digits and inner '-', 1-63 characters, 253 in all), or an
-    IPv4/IPv6 address; ``ValueError`` otherwise."""
-    try:
-        ipaddress.ip_address(host)
-        return host
-    except ValueError:
-        pass
-    if len(host) > 253:
-        raise ValueError(f"host name {host[:40]!r}... is longer than 253 characters (RFC 1123)")
-    for label in host.split("."):
-        if not _LABEL_RE.fullmatch(label):
-            raise ValueError(
-                f"{host!r} is not a host name: label {label!r} must be 1-63 letters, digits or inner '-' (RFC 1123)"
-            )
-    if re.fullmatch(r"[0-9]+-[0-9A-Za-z]*", host) and not re.fullmatch(r"[0-9]+-[0-9]+", host):
-        raise ValueError(f"{host!r} looks like a node range but is not one: a range is two numbers, 601-604")
-    return host
-
-
-def check_template(text: str) -> str:
-    """A node template: exactly one ``{}`` and no other brace; the host names it makes are RFC 1123 names."""
-    if text.count("{}") != 1 or text.replace("{}", "").count("{") or text.replace("{}", "").count("}"):
-        raise ValueError(f"{text!r} must contain '{{}}' exactly once (where the node number goes) and no other brace")
-    check_host(text.replace("{}", "601"))
-    return text
 
 
 def _check_name(text: str, regex: re.Pattern[str], what: str, limit: int = MAX_NAME) -> str:

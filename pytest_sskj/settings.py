@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_sskj import parsing, schema
-from pytest_sskj.options import OPTIONS, Option
+from pytest_sskj.errors import ValueProblem
 from pytest_sskj.redact import REDACTED, redact_argv, redact_url, url_without_userinfo
 
 if TYPE_CHECKING:
     from pytest_sskj.acceptance.agreement import AgreementGate
     from pytest_sskj.deploy.layouts import Layout
     from pytest_sskj.deploy.topology import Topology
+    from pytest_sskj.options import Option
     from pytest_sskj.profile import Profile
     from pytest_sskj.registry import Registry
     from pytest_sskj.server.container import ContainerConfig
@@ -279,21 +280,9 @@ def _is_local_host(host: str) -> bool:
     return is_local_node(host)
 
 
-def resolve_settings(
-    config: pytest.Config, environ: Mapping[str, str] | None = None, registry: Registry | None = None
-) -> Settings:
-    """Resolve every option; raise ``pytest.UsageError`` on the first bad value or combination.
-
-    What only a subsystem knows (its value parsers, the engines and their defaults, profiles, layouts and
-    deployments, the cross-setting checks) comes through ``registry`` (:mod:`pytest_sskj.registry`); this module
-    imports none of those subsystems."""
-    if registry is None:
-        from pytest_sskj.registry import default_registry
-
-        registry = default_registry()
-    env = os.environ if environ is None else environ
+def _check_environment(env: Mapping[str, str], options: tuple[Option, ...]) -> None:
     try:
-        schema.check_environment(env, (o.env for o in OPTIONS))
+        schema.check_environment(env, (o.env for o in options))
     except ValueError as exc:
         what, _, hint = str(exc).partition("\n  Hint: ")
         raise pytest.UsageError(
@@ -301,54 +290,75 @@ def resolve_settings(
             f"declared infrastructure variables (pytest_sskj/schema.py: SSKJ_NETNS_*, SSKJ_REQUIRE_*, SSKJ_*_PYTHON, "
             f"SSKJ_VLLM_VENV, ...)\n  Hint: {hint}"
         ) from None
-    r = _Resolver(config, env, registry)
-    by_dest = {o.dest: o for o in OPTIONS}
 
-    prof = r.raw(by_dest["profile"])
-    if prof is not None:
-        path = r.parse(by_dest["profile"], prof[0], prof[1])
-        r.sources["profile"] = prof[1]
-        try:
-            params = getattr(config, "invocation_params", None)
-            search = [Path(params.dir)] if params is not None else []
-            search.append(Path(str(config.rootpath)))
-            r.profile = registry.load_profile(path, search)
-        except ValueError as exc:
-            raise usage_error(
-                by_dest["profile"],
-                where(prof[1], by_dest["profile"], None),
-                str(exc),
-                "create the file, or fix the key names it reports",
-            ) from None
 
-    engine = r.get(by_dest["engine"], {}) or registry.default_engine
-    info = registry.engine(engine)
-    values: dict[str, Any] = {"engine": engine}
-    registry.check_ini_keys(config, {o.ini for o in OPTIONS})
-    values["node_template"] = r.node_template = str(r.get(by_dest["node_template"], info.defaults) or "{}")
-    for opt in OPTIONS:
-        if opt.dest in values:
-            continue
-        values[opt.dest] = r.get(opt, info.defaults)
-    values["profile"] = r.profile.path if r.profile else None
-    values["nodes"] = values["nodes"] or ()
-    values["server_args"] = values["server_args"] or ()
-    values["env"] = values["env"] or ()
-    values["ssh_options"] = values["ssh_options"] or ()
+def _invocation_dir(config: pytest.Config) -> Path | None:
+    params = getattr(config, "invocation_params", None)  # a stand-in config (tests) has none
+    return Path(params.dir) if params is not None else None
+
+
+def _load_profile(r: _Resolver, opt: Option) -> None:
+    """The ``--profile`` of any source, loaded before every other option (it is a layer of their precedence)."""
+    prof = r.raw(opt)
+    if prof is None:
+        return
+    path = r.parse(opt, prof[0], prof[1])
+    r.sources["profile"] = prof[1]
+    invoked = _invocation_dir(r.config)
+    search = [invoked] if invoked is not None else []
+    search.append(Path(str(r.config.rootpath)))
+    try:
+        r.profile = r.registry.load_profile(path, search)
+    except ValueProblem as exc:
+        msg = f"{where(prof[1], opt, None)}: {exc.problem}\n  accepted: {exc.accepted}\n  Hint: {exc.hint}"
+        raise pytest.UsageError(msg) from None
+    except ValueError as exc:
+        raise usage_error(
+            opt, where(prof[1], opt, None), str(exc), "create the file, or fix the key names it reports"
+        ) from None
+
+
+def _settle(values: dict[str, Any], config: pytest.Config) -> None:
+    """Empty repeatables as ``()``, the run id, the reports folder anchored where pytest was invoked, and the
+    fallbacks of values that no engine default gave."""
+    for dest in ("nodes", "server_args", "env", "ssh_options"):
+        values[dest] = values[dest] or ()
     values["run_id"] = values["run_id"] or values.get("resume") or new_run_id()
     if values.get("target_url"):  # nothing sends URL credentials (the client never authenticates): none is kept
         values["target_url"] = url_without_userinfo(values["target_url"])
     # anchored where pytest was invoked: tests (pytester) and servers change the working directory later
-    params = getattr(config, "invocation_params", None)
-    base = Path(params.dir) if params is not None else Path.cwd()
-    values["reports_dir"] = (
-        Path(values["reports_dir"]) if Path(values["reports_dir"]).is_absolute() else (base / values["reports_dir"])
-    )
+    base = _invocation_dir(config) or Path.cwd()
+    reports = Path(values["reports_dir"])
+    values["reports_dir"] = reports if reports.is_absolute() else base / reports
     values["health_timeout_s"] = values["health_timeout_s"] or 60.0
     if values["stall_timeout_s"] is None:
         values["stall_timeout_s"] = 600.0
     if values["port"] is None:
         values["port"] = 0
+
+
+def resolve_settings(config: pytest.Config, registry: Registry, environ: Mapping[str, str] | None = None) -> Settings:
+    """Resolve every option row of ``registry``; raise ``pytest.UsageError`` on the first bad value or combination.
+
+    What only a subsystem knows (its value parsers, the engines and their defaults, profiles, layouts and
+    deployments, the cross-setting checks) comes through ``registry`` (:mod:`pytest_sskj.registry`, filled by
+    :func:`pytest_sskj.subsystems.build_registry`); this module imports none of those subsystems."""
+    env = os.environ if environ is None else environ
+    options = registry.options
+    _check_environment(env, options)
+    r = _Resolver(config, env, registry)
+    by_dest = {o.dest: o for o in options}
+    _load_profile(r, by_dest["profile"])
+    engine = r.get(by_dest["engine"], {}) or registry.default_engine
+    info = registry.engine(engine)
+    values: dict[str, Any] = {"engine": engine}
+    registry.check_ini_keys(config, {o.ini for o in options})
+    values["node_template"] = r.node_template = str(r.get(by_dest["node_template"], info.defaults) or "{}")
+    for opt in options:
+        if opt.dest not in values:
+            values[opt.dest] = r.get(opt, info.defaults)
+    values["profile"] = r.profile.path if r.profile else None
+    _settle(values, config)
     registry.dimensions(values, r.profile, r.sources, by_dest)  # before the launcher: groups bring their nodes
     if values["launcher"] is None:
         remote = [h for h in values["nodes"] if not _is_local_host(h)]

@@ -16,8 +16,12 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pytest_sskj.vocabulary import GATEABLE, UnknownMetric, canonical, known_names
+
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
 
 __all__ = ["DEFAULT_SLO", "GateResult", "SloGate", "evaluate_gates", "parse_slo"]
 
@@ -163,3 +167,9 @@ def parse_slo(text: str | Sequence[str]) -> tuple[SloGate, ...]:
 def evaluate_gates(gates: Sequence[SloGate], metrics: Mapping[str, float | None]) -> list[GateResult]:
     """Check every gate against ``metrics`` (canonical names); a missing metric counts as undefined."""
     return [g.check(metrics.get(g.metric)) for g in gates]
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns:
+    the ``slo`` value kind's parser."""
+    registry.add_parser("slo", parse_slo)

@@ -20,7 +20,7 @@ from pytest_sskj.redact import redact_argv, redact_env_items
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
 
-__all__ = ["NodeCommand", "ServerSpec", "SpecOverride", "spec_from_settings"]
+__all__ = ["NodeCommand", "ServerSpec", "SpecOverride", "narrowed_settings", "spec_from_settings"]
 
 
 @dataclass(frozen=True)
@@ -158,4 +158,36 @@ def spec_from_settings(
         python=s.python,
         instance=instance,
         labels=(*tuple(extra), *o.labels),
+    )
+
+
+def narrowed_settings(
+    settings: Settings,
+    override: SpecOverride,
+    *,
+    backends: tuple[str, ...] | None = None,
+    chunks: tuple[int, ...] | None = None,
+) -> Settings:
+    """The run's settings as the one server of a layout or deployment group sees them, for the engine's
+    :meth:`~pytest_sskj.engines.base.Engine.check_settings`: the ``override``'s nodes, parallel sizes and
+    placement applied the way :func:`spec_from_settings` applies them, no layouts and no deployment (the cell is
+    one server), and the group's own ``backends`` / ``chunks`` where given.  Args and env stay the run's: the
+    checks judge what the user set for the run."""
+
+    def pick(mine: int | None, run: int) -> int:
+        return run if mine is None else mine
+
+    s, o = settings, override
+    return replace(
+        s,
+        nodes=s.nodes if o.nodes is None else o.nodes,
+        tp=pick(o.tp, s.tp),
+        ep=pick(o.ep, s.ep),
+        dp=pick(o.dp, s.dp),
+        pp=pick(o.pp, s.pp),
+        placement=s.placement if o.placement is None else o.placement,
+        layouts=(),
+        deployment=None,
+        backends=s.backends if backends is None else backends,
+        chunks=s.chunks if chunks is None else chunks,
     )

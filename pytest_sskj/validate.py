@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
     from pytest_sskj.settings import Settings
 
 __all__ = ["MAX_MODEL_TOKENS", "check_ini_keys", "check_settings", "unmapped_numeric_nodes", "usage"]
@@ -169,3 +170,10 @@ def _check_numeric_nodes(s: Settings) -> None:
 def _as_ipv4(n: str) -> str:
     v = int(n) & 0xFFFFFFFF
     return ".".join(str((v >> s) & 255) for s in (24, 16, 8, 0))
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns:
+    the ini-key check and the generic cross-setting checks."""
+    registry.add_ini_check(check_ini_keys)
+    registry.add_check(lambda s, _opts: check_settings(s))

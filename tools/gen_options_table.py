@@ -1,12 +1,12 @@
-"""Regenerate the options table of README.md from pytest_sskj.options.OPTIONS (python tools/gen_options_table.py)."""
+"""Regenerate the options table of README.md from pytest_sskj.subsystems.OPTIONS (python tools/gen_options_table.py)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from pytest_sskj.options import OPTIONS
 from pytest_sskj.schema import accepted
+from pytest_sskj.subsystems import OPTIONS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy.dialects.postgresql
 import sqlalchemy.dialects.sqlite
 
-from pytest_sskj.options import OPTIONS
+from pytest_sskj.subsystems import OPTIONS
 
 # In-process pytester runs restore ``sys.modules`` afterwards, dropping what they imported; SQLAlchemy's dialect
 # modules register functions in a registry that outlives them, so a dialect first imported inside an inner run

@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.acceptance.agreement_dialects import (
     DIALECTS,
@@ -44,6 +44,9 @@ from pytest_sskj.acceptance.agreement_dialects import (
     run_probe,
     save_probe,
 )
+
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
 
 __all__ = [
     "DIALECTS",
@@ -472,3 +475,18 @@ def agreement_table(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
         "|" + "|".join("---" for _ in head) + "|",
         *("| " + " | ".join(r) + " |" for r in rows),
     ]
+
+
+def _parse_agreement_option(text: str) -> tuple[AgreementGate, ...]:
+    """``--sskj-agreement-min``: the gate grammar's checks (:func:`pytest_sskj.slo.check_agreement_text`), then
+    the gates."""
+    from pytest_sskj.slo import check_agreement_text
+
+    check_agreement_text(text)
+    return parse_gates(text)
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns:
+    the ``agreement`` value kind's parser."""
+    registry.add_parser("agreement", _parse_agreement_option)

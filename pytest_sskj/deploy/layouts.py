@@ -12,9 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_sskj import parsing
+
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
 
 __all__ = [
     "LAYOUT_TABLE_KEYS",
@@ -185,3 +188,9 @@ def build_shapes(
 
 def shape_id(shape: tuple[int, int]) -> str:
     return f"isl{shape[0]}-osl{shape[1]}"
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns:
+    the ``size_seq`` value kind's parser (``--isl``, ``--osl``)."""
+    registry.add_parser("size_seq", parse_size_seq)

@@ -9,7 +9,7 @@ resolution, command line and environment included).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_sskj import parsing
@@ -70,8 +70,9 @@ def _deployment_lines(prof: Profile) -> list[str]:
     return ["deployment:", *(f"    {line}" for line in topo.describe())]
 
 
-def profiles_command(action: str, name: str | None, out: Write, err: Write) -> int:
-    """Run ``profiles list`` / ``profiles show NAME``; 0 done, 2 bad input."""
+def profiles_command(action: str, name: str | None, out: Write, err: Write, keys: Sequence[str]) -> int:
+    """Run ``profiles list`` / ``profiles show NAME``; 0 done, 2 bad input.  ``keys``: the setting keys a profile
+    may set (:func:`pytest_sskj.profile.profile_keys` of the option table)."""
     if action == "list":
         found = list_profiles()
         if not found:
@@ -79,13 +80,13 @@ def profiles_command(action: str, name: str | None, out: Write, err: Write) -> i
             return 2
         for pname, path in found:
             try:
-                desc = load_profile(path).description
+                desc = load_profile(path, keys).description
             except ValueError as exc:
                 desc = f"BROKEN: {exc}"
             out(f"{pname}\t{desc}")
         return 0
     try:
-        prof = load_profile(find_profile(name or ""))
+        prof = load_profile(find_profile(name or ""), keys)
         lines = show_lines(prof)
     except ValueError as exc:
         err(str(exc))

@@ -5,6 +5,8 @@ Callers use :func:`get_engine` (and :func:`node_commands`); only :mod:`.registry
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pytest_sskj.engines.base import Engine
 from pytest_sskj.engines.registry import (
     DEFAULT_ENGINE,
@@ -17,6 +19,9 @@ from pytest_sskj.engines.registry import (
     router_argv,
 )
 
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
+
 __all__ = [
     "DEFAULT_ENGINE",
     "ENGINES",
@@ -28,3 +33,10 @@ __all__ = [
     "node_commands",
     "router_argv",
 ]
+
+
+def register(registry: Registry) -> None:
+    """Fill the option registry (:mod:`pytest_sskj.registry`) with what this module owns: ``--engine``'s choices, the
+    default engine and the engine of a name."""
+    registry.set_choices("engine", ENGINE_NAMES)
+    registry.set_engines(DEFAULT_ENGINE, get_engine)

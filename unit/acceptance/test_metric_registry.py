@@ -81,7 +81,7 @@ from pytest_sskj.history.db import ResultsDB
 from pytest_sskj.history.export import export_run
 from pytest_sskj.history.importer import import_run
 from pytest_sskj.records import METRIC_FIELDS, new_row
-from pytest_sskj.registry import value_parsers
+from pytest_sskj.subsystems import build_registry
 from pytest_sskj.report.plugin import regenerate
 from pytest_sskj.report.results import ResultsWriter
 from pytest_sskj.rundir import atomic_write_json
@@ -93,7 +93,7 @@ try:
     parse_slo("p999_ttft_ms<5000")
 except ValueError as exc:
     out["uncomputed_refused"] = str(exc)
-gates = value_parsers()["slo"]("max_ttft_ms<5000")
+gates = build_registry().parsers["slo"]("max_ttft_ms<5000")
 settings = {"engine": "embedded", "backends": ["marlin"], "isl": 8, "osl": 4, "slo": ["max_ttft_ms<5000"]}
 atomic_write_json(run / "manifest.json", {"run_id": "r", "status": "finished", "settings": settings})
 m = compute_metrics([RequestRecord(**d) for d in recs_json])

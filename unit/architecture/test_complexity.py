@@ -19,9 +19,6 @@ PKG = Path(__file__).resolve().parents[2] / "pytest_sskj"
 MAX_CC = 20
 
 PENDING: dict[str, str] = {
-    "settings.py::resolve_settings": "s3-layers",
-    "parsing.py::expand_nodes": "s3-layers",
-    "acceptance/plugin.py::pytest_generate_tests": "s3-layers",
     "report/release.py::_selection_reasons": "s1-pd",
 }
 """``file::qualified name`` -> the stream splitting it.  Only ever delete entries."""

@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("server", frozenset({"server"})),
     ("clients", frozenset({"gpu", "bench", "numerics", "models", "testing", "identity", "telemetry"})),
     ("flows", frozenset({"acceptance", "deploy", "history", "report", "plan", "twin", "combination", "serve"})),
-    ("entry", frozenset({"plugin", "fixtures", "__main__", "__init__"})),
+    ("entry", frozenset({"plugin", "fixtures", "subsystems", "__main__", "__init__"})),
 )
 """Bottom first.  ``gpu`` and ``server`` are in different layers: gpu may use server types, never the reverse."""
 
@@ -57,13 +57,7 @@ ALLOWED_UP: frozenset[tuple[str, str]] = frozenset(
 )
 """Upward arrows allowed by name (at most 3)."""
 
-PENDING_UP: dict[tuple[str, str], str] = {
-    ("registry", "acceptance"): "h3-schema: the option registry asks the subsystems' parsers lazily",
-    ("registry", "deploy"): "h3-schema",
-    ("registry", "combination"): "h3-schema: the cross-setting checks (layouts, shapes, deployment) the registry "
-    "calls lazily; they belong with the subsystems that fill the registry",
-    ("interrupts", "plugin"): "h7-firsthour: a second signal finishes the manifest through plugin.finish_manifest",
-}
+PENDING_UP: dict[tuple[str, str], str] = {}
 """Upward arrows of other streams' modules, named with the stream that removes them.  The test fails when one
 disappears (delete its row) or a new one appears (fix it, or argue for it here)."""
 
@@ -190,18 +184,7 @@ def module_graph() -> dict[str, set[str]]:
     return graph
 
 
-PENDING_CYCLES: dict[tuple[str, ...], str] = {
-    ("pytest_sskj.parsing", "pytest_sskj.schema"): "h3-schema: parsing asks schema's host check lazily",
-    ("pytest_sskj.interrupts", "pytest_sskj.plugin"): "h7-firsthour: see PENDING_UP",
-    (
-        "pytest_sskj.combination",
-        "pytest_sskj.options",
-        "pytest_sskj.profile",
-        "pytest_sskj.registry",
-        "pytest_sskj.settings",
-    ): "h3-schema: settings -> registry -> (lazily) combination/profile -> settings; goes when the subsystems "
-    "fill the registry through a hook instead of the registry asking them",
-}
+PENDING_CYCLES: dict[tuple[str, ...], str] = {}
 """Module cycles of other streams' files, named with the stream that breaks them (the test fails when one goes)."""
 
 

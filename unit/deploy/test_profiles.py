@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from pytest_sskj.__main__ import main
-from pytest_sskj.profile import list_profiles, load_profile
+from pytest_sskj.profile import list_profiles, load_profile, profile_keys
 from pytest_sskj.stash import SETTINGS_KEY
+from pytest_sskj.subsystems import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCEPTANCE = ROOT / "acceptance"
@@ -43,7 +44,7 @@ def test_layers_combine_by_reference_with_the_origin_of_every_value(pytester: py
     assert s.server_args == ("--trust-remote-code", "--x=1"), "model's flag first, the deployment's added"
     assert s.env_dict == {"A": "platform", "B": "deployment"}, "env merges key by key, the deployment wins"
     assert [str(g) for g in s.slo] == ["p95_ttft_ms<3000", "p95_tpot_ms<50"], "slo_tier S2 is the users' S2 SLO"
-    prof = load_profile(pytester.path / "profiles" / "lab" / "dep.toml")
+    prof = load_profile(pytester.path / "profiles" / "lab" / "dep.toml", profile_keys(OPTIONS))
     assert prof.origin("gpus_per_node").name == "chip.toml" and prof.origin("model_path").name == "m.toml"
     assert prof.facts["platform"]["arch"] == "SM120" and prof.facts["model"]["quantization"] == "MXFP4"
 

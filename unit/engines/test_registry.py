@@ -11,8 +11,8 @@ import pytest
 from pytest_sskj.engines import DEFAULT_ENGINE, ENGINE_NAMES, ENGINES, UnknownEngine, get_engine, node_commands
 from pytest_sskj.engines.base import CATEGORIES, SEVERITIES, Engine
 from pytest_sskj.engines.embedded import VARIANTS
-from pytest_sskj.options import OPTIONS
 from pytest_sskj.server.spec import ServerSpec
+from pytest_sskj.subsystems import build_registry
 
 PKG = Path(__file__).resolve().parents[2] / "pytest_sskj"
 ENGINE_NAME_LITERAL = re.compile(r'"(sglang|vllm|embedded)"')
@@ -110,7 +110,7 @@ def test_unknown_engine_fails_loudly_with_the_known_names() -> None:
 
 
 def test_engine_option_choices_come_from_the_registry() -> None:
-    (opt,) = [o for o in OPTIONS if o.dest == "engine"]
+    (opt,) = [o for o in build_registry().options if o.dest == "engine"]
     assert opt.choices == ENGINE_NAMES == tuple(ENGINES), (opt.choices, ENGINE_NAMES)
     assert DEFAULT_ENGINE in ENGINE_NAMES
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_sskj.options import OPTIONS
+from pytest_sskj.subsystems import OPTIONS
 
 
 def test_help_shows_the_sskj_group_with_every_option(pytester: pytest.Pytester) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sskj.options import OPTIONS
+from pytest_sskj.subsystems import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_sskj.options import OPTIONS, Option
-from pytest_sskj.profile import PROFILE_KEYS
+from pytest_sskj.options import Option
+from pytest_sskj.profile import profile_keys
+from pytest_sskj.subsystems import OPTIONS
 
 NUMERIC = ("int", "int0", "port", "port1", "size", "int_list", "size_list", "size_seq")
 NON_ASCII_DIGITS = st.characters(categories=["Nd"]).filter(lambda c: not c.isascii())
@@ -100,7 +101,7 @@ def sources(opt: Option) -> list[str]:
     out = ["env", "ini"]
     if opt.kind != "bool":
         out.append("cli")
-    if opt.dest in PROFILE_KEYS:
+    if opt.dest in profile_keys(OPTIONS):
         out.append("profile")
     return out
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sskj.options import OPTIONS
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import SETTINGS_KEY
+from pytest_sskj.subsystems import OPTIONS
 
 
 def _settings(pytester: pytest.Pytester, *args: str) -> Settings:

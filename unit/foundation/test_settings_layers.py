@@ -16,7 +16,13 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "pytest_sskj"
 SUBSYSTEMS = ("acceptance", "deploy", "engines", "profile", "report", "slo", "validate", "server", "history", "bench")
-FOUNDATION = ("settings.py", "options.py", "schema.py", "parsing.py")
+FOUNDATION = (
+    "settings.py",
+    "schema.py",
+    "parsing.py",
+    "registry.py",
+    *(f"options/{p.name}" for p in sorted((PKG / "options").glob("*.py"))),
+)
 
 
 def _runtime_imports(path: Path) -> list[str]:

@@ -232,6 +232,7 @@ class _Request:
 
 def _settings(tmp_path: Path):  # type: ignore[no-untyped-def]
     from pytest_sskj.settings import resolve_settings
+    from pytest_sskj.subsystems import build_registry
 
     class _Config:
         def getoption(self, name: str, default: object = None) -> object:
@@ -240,7 +241,7 @@ def _settings(tmp_path: Path):  # type: ignore[no-untyped-def]
         def getini(self, name: str) -> object:
             return None
 
-    return resolve_settings(_Config(), environ={})  # type: ignore[arg-type]
+    return resolve_settings(_Config(), build_registry(), environ={})  # type: ignore[arg-type]
 
 
 def test_spec_resolution_order_param_then_marker_then_default(tmp_path: Path) -> None:
