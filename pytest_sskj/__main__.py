@@ -5,6 +5,7 @@
 :mod:`pytest_sskj.report.html`); ``report summary --run RUN_ID`` regenerates ``summary.md`` and the plots
 of a (possibly crashed) run; ``profiles [list]`` lists the shipped profiles and ``profiles show NAME`` prints
 one resolved (every value with the layer file it came from, its layouts and deployment groups);
+``serve start|status|stop [NAME] [run options]`` (see :mod:`pytest_sskj.serve`);
 ``db import RUN_DIR...``, ``history``, ``compare A B`` and ``export --run RUN_ID`` (see :mod:`pytest_sskj.history.cli`).
 Exit status: 0 done, 1 refused or check failed, 2 bad input or missing tool.
 """
@@ -123,6 +124,11 @@ def _parser() -> argparse.ArgumentParser:
     prsub.add_parser("list", help="every deployment profile (name, description)")
     pshow = prsub.add_parser("show", help="one profile resolved: values, their layer files, layouts, groups")
     pshow.add_argument("name", help="a profile name (pro6000/kimi3-sglang-pd) or a file")
+    sub.add_parser(
+        "serve",
+        help="start|status|stop a named deployment that outlives the session (`serve --help`)",
+        add_help=False,
+    )
     from pytest_sskj.history import cli as history_cli
 
     history_cli.add_parsers(sub)
@@ -276,6 +282,11 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # its options are pytest's own (run options), parsed by pytest
+        from pytest_sskj.serve import main as serve_main
+
+        return serve_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "release":
         return _release(args)

@@ -8,6 +8,7 @@ layout combination is checked (:func:`check_combination`), then the generic chec
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -35,6 +36,8 @@ def dimensions(
     reference-job defaults are dropped where they do not belong (:func:`pytest_sskj.profile.settle_matrix`)."""
     from pytest_sskj.profile import settle_matrix
 
+    _deployment_target(values, sources, opts)
+    _container_check(values, profile, sources, opts)
     settle_matrix(values, dict(sources) if not isinstance(sources, dict) else sources,
                   get_engine(values["engine"]).backends, profile)  # fmt: skip
     tables = profile.layouts if profile else ()
@@ -66,6 +69,61 @@ def dimensions(
                 "backend, chunk, server_args, env; router: port, node, policy)\n  Hint: fix the key the message names"
             ) from None
         _bind_deployment(values, profile, sources, opts, topo)
+
+
+def _deployment_target(values: dict[str, Any], sources: Mapping[str, str], opts: Mapping[str, Option]) -> None:
+    """``--sskj-deployment NAME``: the named deployment's URL is the run's ``--target-url``."""
+    name = values.get("serve_deployment")
+    if not name:
+        return
+    opt = opts["serve_deployment"]
+    src = where(sources.get("serve_deployment", "cli"), opt, None)
+    if values.get("target_url"):
+        raise usage_error(opt, src, "--target-url is given too: both name the server to benchmark",
+                          "give one of them")  # fmt: skip
+    from pytest_sskj.serve import ServeError, load
+
+    try:
+        state = load(Path(values["reports_dir"]), str(name))
+        if not state.urls:
+            raise ServeError(f"deployment {name!r} records no URL")
+    except ServeError as exc:
+        raise pytest.UsageError(
+            f"{opt.display} ({src}): {str(exc).splitlines()[0]}\n  accepted: the name of a deployment started by "
+            "`python -m pytest_sskj serve start NAME` with the same --reports-dir\n  Hint: `python -m pytest_sskj "
+            "serve status` lists them"
+        ) from None
+    if state.engine != values["engine"]:
+        raise pytest.UsageError(
+            f"{opt.display} ({src}): deployment {name!r} runs engine {state.engine}, the run is for engine "
+            f"{values['engine']}\n  accepted: the deployment's engine\n  Hint: add --engine {state.engine} "
+            f"(or its profile{': --profile ' + state.profile if state.profile else ''})"
+        )
+    values["target_url"] = state.urls[0]
+    if isinstance(sources, dict):
+        sources["target_url"] = sources.get("serve_deployment", "cli")
+
+
+def _container_check(
+    values: dict[str, Any], profile: Profile | None, sources: Mapping[str, str], opts: Mapping[str, Option]
+) -> None:
+    """``--launcher container``: the platform layer's ``[container]`` table (and ``--sskj-container-image``) must
+    make a launchable container at parse time (an image, known keys, absolute mounts)."""
+    if values.get("launcher") != "container":
+        return
+    from pytest_sskj.server.container import container_config
+
+    table = profile.facts.get("platform", {}).get("container") if profile else None
+    try:
+        values["container"] = container_config(table, values.get("container_image"))
+    except ValueError as exc:
+        opt = opts["launcher"]
+        raise pytest.UsageError(
+            f"{opt.display} container ({where(sources.get('launcher', 'cli'), opt, profile)}): {exc}\n  accepted: a "
+            "platform layer [container] table: image, runtime (docker|podman), mounts ['SRC:DST[:ro]'], gpus "
+            "(all|none|0,1), env {NAME = value}, args [...]\n  Hint: give --sskj-container-image IMAGE, or add "
+            "[container] image = ... to the profile's platform layer"
+        ) from None
 
 
 def _bind_deployment(

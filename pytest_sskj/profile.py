@@ -77,7 +77,9 @@ SLO_TIERS: Mapping[str, str] = {
 }
 """Named SLO tiers a profile can ask for with ``slo_tier``; only tiers with a source are listed."""
 
-PLATFORM_KEYS: tuple[str, ...] = ("arch", "chip", "env", "gpus_per_node", "interconnect", "memory_gib", "name", "notes")
+PLATFORM_KEYS: tuple[str, ...] = (
+    "arch", "chip", "container", "env", "gpus_per_node", "interconnect", "memory_gib", "name", "notes"
+)  # fmt: skip
 MODEL_KEYS: tuple[str, ...] = (
     "activation",
     "architecture",

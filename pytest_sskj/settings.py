@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_sskj.options import Option
     from pytest_sskj.profile import Profile
     from pytest_sskj.registry import Registry
+    from pytest_sskj.server.container import ContainerConfig
     from pytest_sskj.slo import SloGate
 
 __all__ = ["Settings", "new_run_id", "resolve_settings", "usage_error", "where"]
@@ -115,6 +116,12 @@ class Settings:
     plan_difference_pct: float = 5.0
     plan_spread_pct: float | None = None
     percentile_strict: bool = False
+    container_image: str | None = None
+    """``--sskj-container-image``: the image of ``--launcher container`` (else the platform's ``[container]``)."""
+    container: ContainerConfig | None = None
+    """``--launcher container``: the platform layer's ``[container]`` table as resolved (image, mounts, GPUs, env)."""
+    serve_deployment: str | None = None
+    """``--sskj-deployment``: the named deployment (``serve start``) whose URL became ``target_url``."""
     deployment: Topology | None = None
     """Named server groups and a router (PD disaggregation) from the profile's ``[deployment]`` table."""
     run_cpus: tuple[int, ...] = ()
@@ -164,6 +171,8 @@ class Settings:
         d["layouts"] = [lay.as_dict() for lay in self.layouts]
         d["shapes"] = [list(sh) for sh in self.shapes]
         d["deployment"] = self.deployment.as_dict() if self.deployment else None
+        if self.container is not None:  # env by name only, as the container gets it
+            d["container"] = {**d["container"], "env": sorted(k for k, _ in self.container.env)}
         d["db"] = redact_url(self.db) if self.db else None
         return d
 

@@ -31,7 +31,7 @@ from pytest_sskj.acceptance.store import PointStore, StepLog, atomic_write_json,
 from pytest_sskj.bench.metrics import percentile_note, percentile_problems
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
-from pytest_sskj.stash import SETTINGS_KEY
+from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
 
 __all__ = ["ACCEPTANCE_KEY", "Acceptance", "SiteDefaults", "get_acceptance"]
 
@@ -171,6 +171,9 @@ class Acceptance:
             verdict = self.with_agreement(verdict)
         verdict = jsonable(verdict)
         verdict.setdefault("run_id", self.settings.run_id)
+        unverified = self.config.stash[EXTRA_KEY].get("target_labels_note")  # identity/plugin.py: --target-url
+        if unverified:
+            verdict.update(labels_not_verified=unverified, message=f"{verdict.get('message', '')}; {unverified}")
         self.verdicts.append(verdict)
         name = f"{verdict.get('kind')}-{verdict.get('id')}.json"
         atomic_write_json(self.settings.run_dir / _VERDICT_DIR / name, verdict)

@@ -44,6 +44,7 @@ __all__ = [
     "Signature",
     "VersionFacts",
     "host_of",
+    "http_get",
     "sig",
 ]
 
@@ -304,6 +305,14 @@ class Engine(ABC):
         """Every disagreement between ``spec`` and the server's reported config, one sentence each."""
         return []
 
+    def served_labels(self, url: str, timeout_s: float = 10.0) -> tuple[dict[str, Any], dict[str, str]]:
+        """What the live server at ``url`` reports about a run's labels (``--target-url`` verification,
+        :mod:`pytest_sskj.identity.target`): ``served`` by label (``backend``, ``chunk``, ``tp``, ``ep``, ``dp``,
+        ``pp``, ``model_path``) plus facts (``version``, ...), and why each label it does not report cannot be
+        verified; the default reports nothing."""
+        why = f"engine {self.name} defines no label verification"
+        return {}, {k: why for k in ("backend", "chunk", "tp", "ep", "dp", "pp", "model_path")}
+
     def live_config_problems(self, spec: ServerSpec, url: str) -> list[str]:
         """Ask the server at ``url`` *now* what it runs (after a point); problems as sentences."""
         return []
@@ -329,3 +338,21 @@ class Engine(ABC):
         raise ValueError(
             f"engine {self.name} has no prefill/decode disaggregation or page size flag (group role {role!r})"
         )
+
+
+def http_get(url: str, path: str, timeout_s: float, **params: str) -> Any:
+    """The JSON (``/metrics``: the text) of a 200 answer to GET ``url + path``; ``None`` otherwise."""
+    import httpx
+
+    try:
+        r = httpx.get(url.rstrip("/") + path, params=params or None, timeout=timeout_s, trust_env=False)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    if path == "/metrics":
+        return r.text
+    try:
+        return r.json()
+    except ValueError:
+        return None

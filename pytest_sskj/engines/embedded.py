@@ -15,7 +15,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.engines.base import BackendSwitch, Engine, EngineDefaults, LogRules, VersionFacts, host_of, sig
+from pytest_sskj.engines.base import (
+    BackendSwitch,
+    Engine,
+    EngineDefaults,
+    LogRules,
+    VersionFacts,
+    host_of,
+    http_get,
+    sig,
+)
 from pytest_sskj.server.embedded import MODEL_FORMATS, ensure_tiny_model, serve_argv
 from pytest_sskj.slo import parse_slo
 from pytest_sskj.spec import NodeCommand, ServerSpec
@@ -168,6 +177,18 @@ class EmbeddedEngine(Engine):
                 f"ISL + OSL <= {CTX_PER_SLOT}",
                 "e.g. --isl 512 --osl 16 (the default)",
             )
+
+    def served_labels(self, url: str, timeout_s: float = 10.0) -> tuple[dict[str, Any], dict[str, str]]:
+        props = http_get(url, "/props", timeout_s)
+        served: dict[str, Any] = {}
+        if isinstance(props, Mapping):
+            served["model_path"] = props.get("model_path")
+            served["source"] = "/props"
+        why = "the embedded llama.cpp server does not report it"
+        missing = {k: why for k in ("backend", "chunk", "tp", "ep", "dp", "pp")}
+        if not served.get("model_path"):
+            missing["model_path"] = why
+        return {k: v for k, v in served.items() if v is not None}, missing
 
     def read_config(self, url: str) -> dict[str, Any] | None:
         """llama.cpp's ``/props`` (slot count, ``n_batch``), or ``None`` when it does not answer."""

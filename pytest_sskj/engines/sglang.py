@@ -428,6 +428,28 @@ class SGLangEngine(Engine):
     def check_settings(self, settings: Settings) -> None:
         _check_world(settings)
 
+    def served_labels(self, url: str, timeout_s: float = 10.0) -> tuple[dict[str, Any], dict[str, str]]:
+        info = fetch_server_info(url, timeout_s)
+        if info is None:
+            why = "the server answers neither /server_info nor /get_server_info"
+            return {}, {k: why for k in ("backend", "chunk", "tp", "ep", "dp", "pp", "model_path")}
+        attn = info.get("attn_dp_size") if isinstance(info.get("attn_dp_size"), int) else 1
+        dp = attn if attn and attn > 1 else info.get("dp_size")
+        served = {
+            "version": info.get("version"),
+            "backend": info.get("moe_runner_backend"),
+            "chunk": info.get("chunked_prefill_size"),
+            "chunk_divisor": attn or 1,
+            "tp": info.get("tp_size"),
+            "ep": info.get("ep_size"),
+            "dp": dp,
+            "pp": info.get("pp_size"),
+            "model_path": info.get("model_path"),
+            "source": "/server_info",
+        }
+        missing = {k: f"/server_info reports no {k}" for k, v in served.items() if v is None}
+        return {k: v for k, v in served.items() if v is not None}, missing
+
     def read_config(self, url: str) -> dict[str, Any] | None:
         info = fetch_server_info(url)
         return dict(info) if info is not None else None

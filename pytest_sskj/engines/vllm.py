@@ -51,6 +51,7 @@ from pytest_sskj.engines.base import (
     LogRules,
     VersionFacts,
     host_of,
+    http_get,
     sig,
 )
 from pytest_sskj.spec import NodeCommand, ServerSpec
@@ -399,6 +400,48 @@ class VllmEngine(Engine):
         if runs_on_cpu(spec):
             return 0
         return spec.tp * spec.pp * spec.dp
+
+    def served_labels(self, url: str, timeout_s: float = 10.0) -> tuple[dict[str, Any], dict[str, str]]:
+        served: dict[str, Any] = {"sources": []}
+        version = http_get(url, "/version", timeout_s)
+        if isinstance(version, Mapping) and version.get("version"):
+            served["version"] = version["version"]
+            served["sources"].append("/version")
+        models = http_get(url, "/v1/models", timeout_s)
+        data = models.get("data") if isinstance(models, Mapping) else None
+        if isinstance(data, list) and data and isinstance(data[0], Mapping):
+            m = data[0]
+            served.update(
+                model=m.get("id"), model_path=m.get("root") or m.get("id"), max_model_len=m.get("max_model_len")
+            )
+            served["sources"].append("/v1/models")
+        metrics = http_get(url, "/metrics", timeout_s)
+        if isinstance(metrics, str):
+            gauge = metrics_cache_config(metrics)
+            if gauge:
+                served["cache_config"] = {k: gauge[k] for k in ("block_size", "enable_prefix_caching") if k in gauge}
+            served["sources"].append("/metrics")
+        info = http_get(url, "/server_info", timeout_s, config_format="json")
+        flat = flatten_server_info(info) if isinstance(info, Mapping) else {}
+        missing: dict[str, str] = {}
+        if flat:
+            served["sources"].append("/server_info")
+            served.update(backend=flat.get("moe_backend"), chunk=flat.get("max_num_batched_tokens"),
+                          tp=flat.get("tensor_parallel_size"), pp=flat.get("pipeline_parallel_size"),
+                          dp=flat.get("data_parallel_size"))  # fmt: skip
+            if "enable_expert_parallel" in flat:
+                served["expert_parallel"] = flat["enable_expert_parallel"]
+            missing["ep"] = "vLLM reports expert parallelism as on/off only (enable_expert_parallel), not an EP size"
+        else:
+            why = "without VLLM_SERVER_DEV_MODE=1 (/server_info 404)"
+            missing.update(
+                backend=f"vLLM exposes no MoE backend {why}",
+                chunk=f"vLLM exposes no max_num_batched_tokens {why}",
+                **{k: f"vLLM exposes no parallel sizes {why}" for k in ("tp", "ep", "dp", "pp")},
+            )
+        if "model_path" not in served:
+            missing["model_path"] = "/v1/models did not answer"
+        return {k: v for k, v in served.items() if v is not None}, missing
 
     def read_config(self, url: str) -> dict[str, Any] | None:
         return read_live_config(url)

@@ -507,10 +507,25 @@ def _header_lines(m: Mapping[str, Any], settings: Mapping[str, Any], problems: S
     """The title, the run's facts and session, and what was recovered from a damaged run."""
     lines = [f"# pytest-sskj run {m.get('run_id', '?')}", ""]
     lines += [f"- {k}: {v}" for k, v in _facts(m, settings) if v not in (None, "")]
+    lines += _target_lines(m)
     lines += _session_lines(m)
     if problems:
         lines += ["", "> Recovered from a damaged or partial run:"] + [f"> - {p}" for p in problems]
     return lines
+
+
+def _target_lines(m: Mapping[str, Any]) -> list[str]:
+    """A ``--target-url`` run: what its labels were verified against (the manifest's ``target``,
+    :mod:`pytest_sskj.identity.target`)."""
+    t = m.get("target")
+    if not isinstance(t, Mapping):
+        return []
+    verified = ", ".join(t.get("verified") or ()) or "none"
+    out = [f"- target: {t.get('url')} (labels verified against the server: {verified})"]
+    unverified = t.get("not_verified") or {}
+    if unverified:
+        out.append("- labels not verified: " + ", ".join(f"{k} ({why})" for k, why in unverified.items()))
+    return out
 
 
 def _points_lines(points: Sequence[PointSummary]) -> list[str]:

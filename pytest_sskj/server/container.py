@@ -13,10 +13,12 @@ pre-flight) runs the command in a throw-away container of the same image (``run 
 ``SSKJ_CONTAINER_IMAGE`` / ``SSKJ_CONTAINER_DIGEST`` (the image id from ``<runtime> image inspect`` on
 that node) set, so every node's identity names the image it really ran.
 
-:class:`ContainerConfig` is a ``[container]`` table (meant for the profile's platform layer; not yet read from
-profiles nor selectable with ``--launcher``: construct the launcher in code): ``runtime`` (docker | podman),
+``--launcher container`` selects it (:meth:`ContainerLauncher.from_settings`): the inner launcher is ``ssh`` when
+the nodes are remote, else ``local``; :class:`ContainerConfig` is the profile's platform layer ``[container]``
+table (resolved at parse time into ``Settings.container`` by :func:`container_config`; ``--sskj-container-image``
+overrides its image): ``runtime`` (docker | podman),
 ``image``, ``mounts`` (``"SRC:DST[:ro]"``), ``gpus`` (``all``, ``none`` or a device list), ``env`` (names
-and values added to every rank), ``args`` (extra ``run`` flags).
+and values added to every rank), ``args`` (extra ``run`` flags, e.g. ``["--ulimit", "nofile=65536:65536"]``).
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.server.launcher import CommandResult, Launcher, ProcessHandle
 from pytest_sskj.server.spec import NodeCommand
 
-__all__ = ["ContainerConfig", "ContainerLauncher", "ContainerProcess"]
+if TYPE_CHECKING:
+    from pytest_sskj.settings import Settings
+
+__all__ = ["ContainerConfig", "ContainerLauncher", "ContainerProcess", "container_config"]
 
 RUNTIMES = ("docker", "podman")
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_.-]")
@@ -96,6 +101,17 @@ class ContainerConfig:
         return [*out, *self.args, self.image, *argv]
 
 
+def container_config(table: Mapping[str, Any] | None, image: str | None = None) -> ContainerConfig:
+    """The run's :class:`ContainerConfig`: the platform layer's ``[container]`` table, ``image`` overriding its image;
+    ``ValueError`` saying what is wrong (no image, an unknown key, a relative mount)."""
+    if table is not None and not isinstance(table, Mapping):
+        raise ValueError("the platform layer's container must be a [container] table")
+    merged = dict(table or {})
+    if image:
+        merged["image"] = image
+    return ContainerConfig.from_platform(merged)
+
+
 def container_name(tag: str, cmd: NodeCommand) -> str:
     return _NAME_OK.sub("-", f"sskj-{tag}-{cmd.node}-r{cmd.rank}")[:120]
 
@@ -136,6 +152,38 @@ class ContainerLauncher:
     kind: str = "container"
     started: list[ContainerProcess] = field(default_factory=list)
     _digests: dict[str, str | None] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, worker: str = "") -> ContainerLauncher:
+        """``--launcher container``: the platform's ``[container]`` image and flags, through ssh for remote nodes
+        (else the local launcher); containers are named by the run id (and ``worker``)."""
+        from pytest_sskj.nodes import is_local_node
+        from pytest_sskj.server.launcher import launcher_class
+
+        config = settings.container
+        if config is None:  # resolved (and checked) at parse time: pytest_sskj.combination
+            raise LauncherError("--launcher container: no container resolved (give --sskj-container-image IMAGE)")
+        kind = "ssh" if any(not is_local_node(n) for n in settings.nodes) else "local"
+        inner = launcher_class(kind).from_settings(settings, worker=worker)
+        return cls(inner=inner, config=config, tag="-".join(filter(None, (settings.run_id, worker))))
+
+    def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> list[ContainerProcess]:
+        """Start every ``(command, log path)`` in order; a failure stops (and removes) what was already started."""
+        out: list[ContainerProcess] = []
+        try:
+            for cmd, log_path in items:
+                out.append(self.start(cmd, log_path))
+        except BaseException:
+            for h in out:
+                h.terminate(5.0)
+            raise
+        return out
+
+    def address(self, node: str) -> str:
+        return self.inner.address(node)
+
+    def leftover_pids(self) -> dict[str, list[int]]:
+        return self.inner.leftover_pids()
 
     def start(self, cmd: NodeCommand, log_path: Path) -> ContainerProcess:
         env = (*self.config.env, *cmd.env)

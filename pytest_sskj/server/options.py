@@ -42,9 +42,17 @@ LAUNCH: tuple[Option, ...] = (
         "launcher",
         ("--launcher",),
         "choice",
-        "How servers are started: local (subprocess here) or ssh (one rank per node); default ssh when --nodes "
-        "names hosts other than this one, else local",
-        choices_of=("local", "ssh"),
+        "How servers are started: local (subprocess here), ssh (one rank per node) or container (every rank in "
+        "docker/podman run on its node: the platform layer's [container] table, --sskj-container-image); default "
+        "ssh when --nodes names hosts other than this one, else local",
+        choices_of=("local", "ssh", "container"),
+    ),
+    Option(
+        "container_image",
+        ("--sskj-container-image",),
+        "str",
+        "Image of --launcher container (overrides the platform layer's [container] image)",
+        metavar="IMAGE",
     ),
     Option(
         "placement",
@@ -61,6 +69,15 @@ LAUNCH: tuple[Option, ...] = (
         "url",
         "Benchmark an already running server at this URL and launch nothing",
         metavar="URL",
+    ),
+    Option(
+        "serve_deployment",
+        ("--sskj-deployment",),
+        "name",
+        "Benchmark the named deployment of `python -m pytest_sskj serve start NAME` (its URL from "
+        "<reports dir>/deployments/NAME.json) and launch nothing; like --target-url, its labels are verified "
+        "against the server",
+        metavar="NAME",
     ),
     Option(
         "model_path",

@@ -317,6 +317,12 @@ class SshProcess:
         self.terminated = True
         return self.poll()
 
+    def detach(self) -> None:
+        """End the local log stream and leave the rank running on its node (``serve start``: the deployment
+        outlives this process; the remote state directory keeps its PID, log and exit status)."""
+        self._kill_local()
+        self._join_pumps(2.0)
+
     # -- helpers -------------------------------------------------------------------------------------------
     def _kill_local(self) -> None:
         if self._proc.poll() is None:

@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("settings", frozenset({"options", "profile", "settings", "registry", "recording"})),
     ("server", frozenset({"server"})),
     ("clients", frozenset({"gpu", "bench", "numerics", "models", "testing", "identity", "telemetry"})),
-    ("flows", frozenset({"acceptance", "deploy", "history", "report", "plan", "twin", "combination"})),
+    ("flows", frozenset({"acceptance", "deploy", "history", "report", "plan", "twin", "combination", "serve"})),
     ("entry", frozenset({"plugin", "fixtures", "subsystems", "__main__", "__init__"})),
 )
 """Bottom first.  ``gpu`` and ``server`` are in different layers: gpu may use server types, never the reverse."""

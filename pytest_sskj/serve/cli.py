@@ -1,0 +1,151 @@
+"""``python -m pytest_sskj serve start|status|stop``: the command line of :mod:`pytest_sskj.serve`.
+
+Every pytest-sskj option of a run is accepted after the action (``--profile``, ``--nodes``, ``--backend``,
+``--launcher``, ``--sskj-ssh-*``, ``--sskj-reports-dir``...), with the same ini file and ``SSKJ_*`` variables,
+resolved by pytest itself, so a bad value is the same usage error as in a run (exit 4).  Exit status: 0 done
+(``status``: every rank alive and every URL healthy), 1 refused, failed, unhealthy or not running, 4 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import pytest
+
+from pytest_sskj.serve.control import DeploymentStatus, ServeError, load, start, status, stop
+from pytest_sskj.serve.state import known_names
+
+__all__ = ["main", "parser"]
+
+USAGE = 4
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pytest_sskj serve",
+        description="Deployments that outlive a session: start a profile's servers and leave them running, show "
+        "their health, stop them on every node. Any pytest-sskj run option may follow (--profile, --nodes, "
+        "--backend, --launcher, --sskj-ssh-*, --sskj-reports-dir); benchmark one with "
+        "`pytest acceptance/ --sskj-deployment NAME`.",
+    )
+    p.add_argument("action", choices=("start", "status", "stop"))
+    p.add_argument("name", nargs="?", default=None, help="deployment name (default: 'default'; status: every one)")
+    p.add_argument("--name", dest="name_opt", default=None, help="deployment name (same as the positional)")
+    p.add_argument("--json", action="store_true", help="status/start: print JSON")
+    p.add_argument("--stop-timeout", type=float, default=15.0, help="stop: seconds of SIGTERM grace per rank")
+    return p
+
+
+def _config(args: Sequence[str]) -> pytest.Config:
+    from _pytest.config import _prepareconfig
+
+    config = _prepareconfig(["-p", "no:cacheprovider", *args], None)
+    config._do_configure()
+    return config
+
+
+Say = Callable[[str], None]
+
+
+def _start(ns: argparse.Namespace, config: pytest.Config, reports: Path, name: str, out: Say) -> int:
+    st = start(config, name, say=out)
+    if ns.json:
+        out(json.dumps(st.as_dict(), indent=2))
+        return 0
+    out(
+        f"deployment {st.name} started: {st.engine} {st.label} at {', '.join(st.urls)} ({len(st.ranks)} rank(s); "
+        f"state {reports / 'deployments' / (st.name + '.json')}); benchmark it with "
+        f"`pytest acceptance/ --sskj-deployment {st.name}`"
+    )
+    return 0
+
+
+def _status_json(results: Sequence[DeploymentStatus]) -> str:
+    return json.dumps(
+        [
+            {
+                "name": r.state.name,
+                "healthy": r.healthy,
+                "alive": r.alive,
+                "urls": list(r.state.urls),
+                "ranks": [
+                    {"node": x.rank.node, "rank": x.rank.rank, "pids": list(x.pids), "detail": x.detail}
+                    for x in r.ranks
+                ],
+                "health": [list(h) for h in r.health],
+            }
+            for r in results
+        ],
+        indent=2,
+    )
+
+
+def _status(ns: argparse.Namespace, reports: Path, name: str | None, identity: Path | None, out: Say) -> int:
+    names = [name] if name else known_names(reports)
+    if not names:
+        out(f"no deployments under {reports / 'deployments'}")
+        return 1
+    results = [status(load(reports, n), ssh_identity=identity) for n in names]
+    if ns.json:
+        out(_status_json(results))
+    for line in [] if ns.json else [x for r in results for x in r.lines()]:
+        out(line)
+    return 0 if all(r.healthy for r in results) else 1
+
+
+def _stop(ns: argparse.Namespace, reports: Path, name: str, identity: Path | None, out: Say, err: Say) -> int:
+    rep = stop(load(reports, name), reports, ssh_identity=identity, timeout_s=ns.stop_timeout)
+    for r, ok, detail in rep.results:
+        (out if ok else err)(f"  {r.node} rank {r.rank}: {detail}")
+    if not rep.clean:
+        err(f"deployment {name}: NOT every process is gone; the state file is kept (run stop again)")
+        return 1
+    if not rep.was_alive:
+        err(f"deployment {name} was not running (every rank was already gone); its state file was removed")
+        return 1
+    out(f"deployment {name} stopped on every node; state removed")
+    return 0
+
+
+def _run(ns: argparse.Namespace, config: pytest.Config, out: Say, err: Say) -> int:
+    from pytest_sskj.stash import SETTINGS_KEY
+
+    settings = config.stash[SETTINGS_KEY]
+    name = ns.name_opt or ns.name
+    if ns.action == "start":
+        return _start(ns, config, settings.reports_dir, name or "default", out)
+    if ns.action == "status":
+        return _status(ns, settings.reports_dir, name, settings.ssh_identity, out)
+    if not name:
+        err("serve stop needs the deployment name (`python -m pytest_sskj serve status` lists them)")
+        return USAGE
+    return _stop(ns, settings.reports_dir, name, settings.ssh_identity, out, err)
+
+
+def _write(stream: TextIO) -> Say:
+    def say(text: str) -> None:
+        stream.write(text + "\n")
+
+    return say
+
+
+def main(argv: Sequence[str]) -> int:
+    ns, rest = parser().parse_known_args(list(argv))
+    out, err = _write(sys.stdout), _write(sys.stderr)
+    try:
+        config = _config(rest)
+    except pytest.UsageError as exc:
+        err(f"ERROR: {exc}")
+        return USAGE
+    try:
+        return _run(ns, config, out, err)
+    except ServeError as exc:
+        err(f"serve {ns.action}: {exc}")
+        return 1
+    finally:
+        config._ensure_unconfigure()
