@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.errors import LauncherError
-from pytest_sskj.server.launcher import CommandResult, Launcher, ProcessHandle
+from pytest_sskj.server.launcher import CommandResult, Launcher, ProcessHandle, start_in_order
 from pytest_sskj.server.spec import NodeCommand
 
 if TYPE_CHECKING:
@@ -169,15 +169,7 @@ class ContainerLauncher:
 
     def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> list[ContainerProcess]:
         """Start every ``(command, log path)`` in order; a failure stops (and removes) what was already started."""
-        out: list[ContainerProcess] = []
-        try:
-            for cmd, log_path in items:
-                out.append(self.start(cmd, log_path))
-        except BaseException:
-            for h in out:
-                h.terminate(5.0)
-            raise
-        return out
+        return start_in_order(self.start, items)
 
     def address(self, node: str) -> str:
         return self.inner.address(node)

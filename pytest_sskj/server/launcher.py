@@ -17,10 +17,10 @@ every process to a file under ``<run dir>/logs/<node>/`` and tear down whole pro
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.server.spec import NodeCommand
@@ -28,7 +28,16 @@ from pytest_sskj.server.spec import NodeCommand
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
 
-__all__ = ["LAUNCHERS", "CommandResult", "Launcher", "LauncherClass", "ProcessHandle", "get_launcher", "launcher_class"]
+__all__ = [
+    "LAUNCHERS",
+    "CommandResult",
+    "Launcher",
+    "LauncherClass",
+    "ProcessHandle",
+    "get_launcher",
+    "launcher_class",
+    "start_in_order",
+]
 
 
 @dataclass(frozen=True)
@@ -130,3 +139,20 @@ def get_launcher(kind: str, **options: object) -> Launcher:
     if not isinstance(launcher, Launcher):  # pragma: no cover - defensive
         raise LauncherError(f"{LAUNCHERS[kind]} does not implement the Launcher protocol")
     return launcher
+
+
+_H = TypeVar("_H", bound=ProcessHandle)
+
+
+def start_in_order(start: Callable[[NodeCommand, Path], _H], items: Sequence[tuple[NodeCommand, Path]]) -> list[_H]:
+    """``start_many`` for a launcher that starts one rank at a time: every ``(command, log path)`` in order; a
+    failure stops what was already started (5 s grace each) and raises."""
+    out: list[_H] = []
+    try:
+        for cmd, log_path in items:
+            out.append(start(cmd, log_path))
+    except BaseException:
+        for h in out:
+            h.terminate(5.0)
+        raise
+    return out

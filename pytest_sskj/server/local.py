@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.nodes import is_local_node
 from pytest_sskj.server import cpus as cpu_partition
-from pytest_sskj.server.launcher import CommandResult
+from pytest_sskj.server.launcher import CommandResult, start_in_order
 from pytest_sskj.server.process import ManagedProcess, Reaper, communicate_or_kill
 from pytest_sskj.server.spec import NodeCommand
 
@@ -143,15 +143,7 @@ class LocalLauncher:
 
     def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> list[LocalProcess]:
         """Start every ``(command, log path)`` in order; a failure stops what was already started."""
-        out: list[LocalProcess] = []
-        try:
-            for cmd, log_path in items:
-                out.append(self.start(cmd, log_path))
-        except BaseException:
-            for h in out:
-                h.terminate(5.0)
-            raise
-        return out
+        return start_in_order(self.start, items)
 
     def address(self, node: str) -> str:
         """A local node is reached under its own name (URLs of local nodes use ``127.0.0.1``)."""

@@ -1,13 +1,18 @@
-"""Prerequisites of the network-namespace sshd test hosts (``tools/netns_hosts.sh``), checked once for every test
-module that builds them: ``None`` when they can be made here, else the exact reason and the fix."""
+"""The network-namespace sshd test hosts (``tools/netns_hosts.sh``) for every test module that builds them: their
+prerequisites (``None`` when they can be made here, else the exact reason and the fix) and one shared instance per
+hosts directory, reference-counted across modules and xdist workers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
-__all__ = ["netns_skip_reason"]
+__all__ = ["netns_skip_reason", "shared_hosts"]
 
 
 def netns_skip_reason() -> str | None:
@@ -21,3 +26,36 @@ def netns_skip_reason() -> str | None:
     if not os.access("/usr/sbin/sshd", os.X_OK):
         return "/usr/sbin/sshd not found: apt-get install -y openssh-server"
     return None
+
+
+@contextlib.contextmanager
+def shared_hosts(hosts_dir: Path, count: int, tool: Path) -> Iterator[Path]:
+    """Bring up ``count`` hosts in ``hosts_dir`` (``tool up``: a no-op when they are up) and yield their
+    ``ssh_config``; every user (a test module of any process) is counted under ``hosts_dir/users`` and the last
+    one to leave takes the hosts down.  Tests that check whole hosts for leftovers also take turns on
+    ``hosts_dir/.use.lock`` (the caller's choice: per test or per module)."""
+    from filelock import FileLock
+
+    hosts_dir.mkdir(parents=True, exist_ok=True)
+    users = hosts_dir / "users"
+    with FileLock(str(hosts_dir / ".up.lock")):
+        up = subprocess.run(
+            ["bash", str(tool), "up", str(count), str(hosts_dir)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert up.returncode == 0, f"tools/netns_hosts.sh up failed ({up.returncode}):\n{up.stderr}"
+        users.mkdir(exist_ok=True)
+        (users / str(os.getpid())).touch()
+    try:
+        yield hosts_dir / "ssh_config"
+    finally:
+        with FileLock(str(hosts_dir / ".up.lock")):
+            (users / str(os.getpid())).unlink(missing_ok=True)
+            alive = [p for p in users.iterdir() if p.name.isdigit() and Path(f"/proc/{p.name}").exists()]
+            if not alive:
+                subprocess.run(
+                    ["bash", str(tool), "down", str(hosts_dir)], check=False, capture_output=True, timeout=120
+                )

@@ -5,7 +5,6 @@ every node over ssh, and a node with another FlashInfer commit refuses the launc
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from pytest_sskj.identity import differences, identity_prelaunch, probe_nodes
 from pytest_sskj.server.pool import ServerPool
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.server.ssh import SshLauncher, SshOptions
-from pytest_sskj.testing.netns import netns_skip_reason
+from pytest_sskj.testing.netns import netns_skip_reason, shared_hosts
 
 REPO = Path(__file__).resolve().parents[2]
 NETNS_TOOL = REPO / "tools" / "netns_hosts.sh"
@@ -37,24 +36,8 @@ def ssh_config() -> Iterator[Path]:
     """The SSH launcher tests' hosts (same instance, same reference counting and locks)."""
     from filelock import FileLock
 
-    HOSTS_DIR.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(HOSTS_DIR / ".up.lock")):
-        up = subprocess.run(
-            ["bash", str(NETNS_TOOL), "up", "4", str(HOSTS_DIR)], capture_output=True, text=True, timeout=120
-        )
-        assert up.returncode == 0, f"tools/netns_hosts.sh up failed ({up.returncode}):\n{up.stderr}"
-        users = HOSTS_DIR / "users"
-        users.mkdir(exist_ok=True)
-        (users / str(os.getpid())).touch()
-    try:
-        with FileLock(str(HOSTS_DIR / ".use.lock"), timeout=600):
-            yield HOSTS_DIR / "ssh_config"
-    finally:
-        with FileLock(str(HOSTS_DIR / ".up.lock")):
-            (users / str(os.getpid())).unlink(missing_ok=True)
-            alive = [p for p in users.iterdir() if p.name.isdigit() and Path(f"/proc/{p.name}").exists()]
-            if not alive:
-                subprocess.run(["bash", str(NETNS_TOOL), "down", str(HOSTS_DIR)], capture_output=True, timeout=120)
+    with shared_hosts(HOSTS_DIR, 4, NETNS_TOOL) as config, FileLock(str(HOSTS_DIR / ".use.lock"), timeout=600):
+        yield config
 
 
 def _addr(k: int) -> str:

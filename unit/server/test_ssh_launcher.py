@@ -30,7 +30,7 @@ from pytest_sskj.server.health import wait_healthy
 from pytest_sskj.server.logscan import LogOracle
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.server.ssh import SshLauncher, SshOptions, SshProcess, rank_log_path
-from pytest_sskj.testing.netns import netns_skip_reason
+from pytest_sskj.testing.netns import netns_skip_reason, shared_hosts
 
 REPO = Path(__file__).resolve().parents[2]
 NETNS_TOOL = REPO / "tools" / "netns_hosts.sh"
@@ -81,29 +81,14 @@ class Hosts:
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Hosts]:
-    from filelock import FileLock
 
     reason = netns_skip_reason()
     if reason is not None:
         pytest.fail(f"SSKJ_REQUIRE_NETNS=1 but the network-namespace hosts cannot be made: {reason}")
-    HOSTS_DIR.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(HOSTS_DIR / ".up.lock")):
-        up = subprocess.run(
-            ["bash", str(NETNS_TOOL), "up", str(len(NODES)), str(HOSTS_DIR)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert up.returncode == 0, f"tools/netns_hosts.sh up failed ({up.returncode}):\n{up.stderr}"
-        users = HOSTS_DIR / "users"
-        users.mkdir(exist_ok=True)
-        (users / str(os.getpid())).touch()
-    yield Hosts(HOSTS_DIR / "ssh_config")
-    with FileLock(str(HOSTS_DIR / ".up.lock")):
-        (users / str(os.getpid())).unlink(missing_ok=True)
-        alive = [p for p in users.iterdir() if p.name.isdigit() and Path(f"/proc/{p.name}").exists()]
-        if not alive:  # the last user (xdist workers share the hosts) takes them down
-            subprocess.run(["bash", str(NETNS_TOOL), "down", str(HOSTS_DIR)], capture_output=True, timeout=120)
+    with shared_hosts(
+        HOSTS_DIR, len(NODES), NETNS_TOOL
+    ) as config:  # the last user (xdist workers share them) takes them down
+        yield Hosts(config)
 
 
 @pytest.fixture(autouse=True)
