@@ -86,6 +86,6 @@ def session_prelaunch(config: pytest.Config, inner: Prelaunch | None) -> Prelaun
     settings = config.stash.get(SETTINGS_KEY, None)
     return identity_prelaunch(
         inner,
-        allow_mixed=bool(getattr(settings, "allow_mixed_builds", False)),
+        allow_mixed=settings is not None and settings.allow_mixed_builds,
         record=lambda spec, ids: record_identity(config.stash.get(MANIFEST_KEY, None), spec, ids),
     )
