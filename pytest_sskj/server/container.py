@@ -180,6 +180,10 @@ class ContainerLauncher:
     def start(self, cmd: NodeCommand, log_path: Path) -> ContainerProcess:
         env = (*self.config.env, *cmd.env)
         name = container_name(self.tag, cmd)
+        if any(h.name == name and h.removed is None for h in self.started):
+            # that rank's container of another server still runs (the pool starts the next point's server before
+            # it stops the current one): removing the name would kill it; this one gets its own name
+            name = f"{name}-{len(self.started)}"
         self.remove(cmd.node, name)  # a leftover of a killed session would block the name
         argv = self.config.run_argv(name, [k for k, _ in env], cmd.argv, rm=False)
         wrapped = NodeCommand(cmd.node, cmd.rank, tuple(argv), env, cmd.serves_http, cmd.port)

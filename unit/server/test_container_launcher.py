@@ -103,3 +103,21 @@ def test_identity_probe_runs_inside_the_image_and_names_its_digest(runtime: Path
     missing = ContainerLauncher(LocalLauncher(), ContainerConfig(image="nope:1"), tag="t3")
     (bad,) = probe_nodes(missing, ServerSpec(engine="embedded", backend="serial"))
     assert bad.error is not None and "image 'nope:1' not found on local (docker)" in bad.error
+
+def test_a_second_server_started_while_the_first_runs_gets_its_own_container(runtime: Path, tmp_path: Path) -> None:
+    """The pool starts the next point's server before it stops the current one: the same rank of the next
+    server must not take (and so remove) the running container's name."""
+    launcher = ContainerLauncher(LocalLauncher(), _config(), tag="t2")
+    cmd = NodeCommand("local", 0, (sys.executable, "-c", "import time; time.sleep(60)"))
+    first = launcher.start(cmd, tmp_path / "a.log")
+    second = launcher.start(cmd, tmp_path / "b.log")
+    try:
+        assert first.name == "sskj-t2-local-r0" and second.name != first.name, (first.name, second.name)
+        assert first.poll() is None and (runtime / first.name).exists(), "the running server's container is kept"
+        first.terminate(5.0)
+        third = launcher.start(cmd, tmp_path / "c.log")
+        assert third.name == first.name, "a removed container's name is free again"
+        third.terminate(5.0)
+    finally:
+        second.terminate(5.0)
+        launcher.close()
