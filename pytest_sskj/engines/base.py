@@ -20,6 +20,7 @@ Adding an engine = one module with one :class:`Engine` subclass, its tests, and 
 
 from __future__ import annotations
 
+import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -340,19 +341,36 @@ class Engine(ABC):
         )
 
 
+_HTTP_GET_MAX_BYTES = 16 << 20
+
+
 def http_get(url: str, path: str, timeout_s: float, **params: str) -> Any:
-    """The JSON (``/metrics``: the text) of a 200 answer to GET ``url + path``; ``None`` otherwise."""
+    """The JSON (``/metrics``: the text) of a 200 answer to GET ``url + path``; ``None`` otherwise.
+
+    ``timeout_s`` bounds the whole exchange, not each read: a server that drips its answer a byte at a time
+    (a hung engine's half-open stream) ends here as ``None`` within it; bodies over 16 MiB likewise."""
+    import time
+
     import httpx
 
+    deadline = time.perf_counter() + timeout_s
+    body = bytearray()
     try:
-        r = httpx.get(url.rstrip("/") + path, params=params or None, timeout=timeout_s, trust_env=False)
+        with httpx.stream(
+            "GET", url.rstrip("/") + path, params=params or None, timeout=timeout_s, trust_env=False
+        ) as r:
+            if r.status_code != 200:
+                return None
+            for chunk in r.iter_bytes():
+                body += chunk
+                if time.perf_counter() > deadline or len(body) > _HTTP_GET_MAX_BYTES:
+                    return None
     except httpx.HTTPError:
         return None
-    if r.status_code != 200:
-        return None
+    text = body.decode("utf-8", "replace")
     if path == "/metrics":
-        return r.text
+        return text
     try:
-        return r.json()
+        return json.loads(text)
     except ValueError:
         return None

@@ -104,6 +104,7 @@ def test_identity_probe_runs_inside_the_image_and_names_its_digest(runtime: Path
     (bad,) = probe_nodes(missing, ServerSpec(engine="embedded", backend="serial"))
     assert bad.error is not None and "image 'nope:1' not found on local (docker)" in bad.error
 
+
 def test_a_second_server_started_while_the_first_runs_gets_its_own_container(runtime: Path, tmp_path: Path) -> None:
     """The pool starts the next point's server before it stops the current one: the same rank of the next
     server must not take (and so remove) the running container's name."""
