@@ -116,11 +116,15 @@ def test_serve_start_runs_the_embedded_engine_in_a_real_container_and_stop_remov
     import sys
 
     image, image_id = docker
-    pyenv = Path(sys.base_prefix).resolve()
-    mounts = ["/usr:/usr:ro", "/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu:ro", f"{pyenv}:{pyenv}:ro",
-              "/work:/work:ro", f"{tmp_path}:{tmp_path}"]  # fmt: skip
-    if not Path("/work").is_dir() or not Path("/usr/lib/x86_64-linux-gnu").is_dir():
-        _skip("this layout test mounts /work and /usr/lib/x86_64-linux-gnu (Debian x86-64 with the checkout in /work)")
+    repo = Path(__file__).resolve().parents[2]
+    # this machine's Python (the base install and the venv this test runs in, wherever they lie) and the checkout
+    # (wherever it was cloned: CI's clone is not where a developer's is) are mounted at their own paths
+    trees = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), repo}
+    mounts = ["/usr:/usr:ro", "/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu:ro",
+              *(f"{t}:{t}:ro" for t in sorted(trees) if not any(t != o and t.is_relative_to(o) for o in trees)),
+              f"{tmp_path}:{tmp_path}"]  # fmt: skip
+    if not Path("/usr/lib/x86_64-linux-gnu").is_dir():
+        _skip("this layout test mounts /usr/lib/x86_64-linux-gnu (Debian x86-64)")
     prof = tmp_path / "profiles"
     (prof / "platforms").mkdir(parents=True)
     (prof / "platforms" / "dk.toml").write_text(
@@ -128,7 +132,6 @@ def test_serve_start_runs_the_embedded_engine_in_a_real_container_and_stop_remov
         f'mounts = {json.dumps(mounts)}\ngpus = "none"\n'
     )
     (prof / "job.toml").write_text('description = "embedded in real docker"\n[layers]\nplatform = "dk"\n')
-    repo = Path(__file__).resolve().parents[2]
     serve = [sys.executable, "-m", "pytest_sskj", "serve"]
     reports = ["--reports-dir", str(tmp_path / "reports")]
 
