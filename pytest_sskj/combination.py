@@ -36,7 +36,7 @@ def dimensions(
     reference-job defaults are dropped where they do not belong (:func:`pytest_sskj.profile.settle_matrix`)."""
     from pytest_sskj.profile import settle_matrix
 
-    _deployment_target(values, sources, opts)
+    served_topology = _deployment_target(values, sources, opts)
     _container_check(values, profile, sources, opts)
     settle_matrix(values, dict(sources) if not isinstance(sources, dict) else sources,
                   get_engine(values["engine"]).backends, profile)  # fmt: skip
@@ -69,13 +69,37 @@ def dimensions(
                 "backend, chunk, server_args, env; router: port, node, policy)\n  Hint: fix the key the message names"
             ) from None
         _bind_deployment(values, profile, sources, opts, topo)
+    if values.get("serve_deployment"):
+        _same_topology(values, served_topology, sources, opts)
 
 
-def _deployment_target(values: dict[str, Any], sources: Mapping[str, str], opts: Mapping[str, Option]) -> None:
-    """``--sskj-deployment NAME``: the named deployment's URL is the run's ``--target-url``."""
+def _same_topology(
+    values: dict[str, Any], served: str | None, sources: Mapping[str, str], opts: Mapping[str, Option]
+) -> None:
+    """A run naming a deployment describes the deployment that runs: the same ``[deployment]`` (groups, nodes,
+    layouts, backends, router) as ``serve start`` was given, or none when it started one server group."""
+    planned = values["deployment"].label() if values.get("deployment") is not None else None
+    if planned == served:
+        return
+    opt = opts["serve_deployment"]
+    src = where(sources.get("serve_deployment", "cli"), opt, None)
+    raise usage_error(
+        opt, src,
+        f"deployment {values['serve_deployment']!r} runs {served or 'one server group'}; this run describes "
+        f"{planned or 'one server group (no [deployment] in its profile)'}",
+        "give the profile (and --nodes) that `serve start` was given, so that every row is labelled with the "
+        "deployment that served it",
+    )  # fmt: skip
+
+
+def _deployment_target(
+    values: dict[str, Any], sources: Mapping[str, str], opts: Mapping[str, Option]
+) -> str | None:
+    """``--sskj-deployment NAME``: the named deployment's URL is the run's ``--target-url``; returns the
+    deployment's topology label (``None`` for one server group)."""
     name = values.get("serve_deployment")
     if not name:
-        return
+        return None
     opt = opts["serve_deployment"]
     src = where(sources.get("serve_deployment", "cli"), opt, None)
     if values.get("target_url"):
@@ -102,6 +126,7 @@ def _deployment_target(values: dict[str, Any], sources: Mapping[str, str], opts:
     values["target_url"] = state.urls[0]
     if isinstance(sources, dict):
         sources["target_url"] = sources.get("serve_deployment", "cli")
+    return state.topology
 
 
 def _container_check(
@@ -242,7 +267,8 @@ def check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
     _engine_checks(s, info)
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
-    if s.target_url is not None:
+    if s.target_url is not None and not (s.serve_deployment and s.deployment is not None):
+        # (a run naming a [deployment] gives its nodes: they bind the groups it is held to, nothing is launched)
         if s.sources.get("nodes") in ("cli", "env", "ini"):
             nodes_where = where(s.sources["nodes"], opts["nodes"], None)
             raise pytest.UsageError(

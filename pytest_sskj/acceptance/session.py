@@ -66,7 +66,7 @@ class Acceptance:
 
     # -- infrastructure ------------------------------------------------------------------------------
     def pool(self) -> Any:
-        if self.settings.deployment is not None:  # groups + router, started together
+        if self.settings.deployment is not None and self.settings.target_url is None:  # groups + router, together
             from pytest_sskj.deploy.plugin import get_deployment_pool
 
             return get_deployment_pool(self.config)

@@ -60,7 +60,8 @@ def _start(ns: argparse.Namespace, config: pytest.Config, reports: Path, name: s
     out(
         f"deployment {st.name} started: {st.engine} {st.label} at {', '.join(st.urls)} ({len(st.ranks)} rank(s); "
         f"state {reports / 'deployments' / (st.name + '.json')}); benchmark it with "
-        f"`pytest acceptance/ --sskj-deployment {st.name}`"
+        f"`pytest acceptance/ --sskj-deployment {st.name}"
+        f"{' --profile ' + st.profile if st.topology and st.profile else ''}`"
     )
     return 0
 
@@ -74,7 +75,8 @@ def _status_json(results: Sequence[DeploymentStatus]) -> str:
                 "alive": r.alive,
                 "urls": list(r.state.urls),
                 "ranks": [
-                    {"node": x.rank.node, "rank": x.rank.rank, "pids": list(x.pids), "detail": x.detail}
+                    {"node": x.rank.node, "rank": x.rank.rank, "group": x.rank.group, "pids": list(x.pids),
+                     "detail": x.detail}
                     for x in r.ranks
                 ],
                 "health": [list(h) for h in r.health],

@@ -62,7 +62,8 @@ class DeploymentStatus:
         out = [f"deployment {s.name}: {word} — {s.engine} {s.label}, started {s.started_at}, {', '.join(s.urls)}"]
         out += [f"  {url}{s.health_path}: {code if code is not None else 'no answer'} {detail[:80]}".rstrip()
                 for url, code, detail in self.health]  # fmt: skip
-        out += [f"  {r.rank.node} rank {r.rank.rank} ({r.rank.kind}): {r.detail}" for r in self.ranks]
+        out += [f"  {r.rank.group + ' ' if r.rank.group else ''}{r.rank.node} rank {r.rank.rank} ({r.rank.kind}): "
+                f"{r.detail}" for r in self.ranks]  # fmt: skip
         return out
 
 
@@ -166,18 +167,23 @@ def _launcher(settings: Settings, name: str) -> Launcher:
     return ContainerLauncher(inner=inner, config=settings.container, tag=f"serve-{name}")
 
 
-def _rank_state(h: ProcessHandle, serves: set[tuple[str, int]]) -> RankState:
+def _rank_state(h: ProcessHandle, serves: set[tuple[str, int]], group: str | None = None) -> RankState:
     from pytest_sskj.server.container import ContainerProcess
+    from pytest_sskj.server.local import LocalProcess
+    from pytest_sskj.server.ssh import SshProcess
 
     container = runtime = None
-    inner: Any = h
+    inner: ProcessHandle = h
     if isinstance(h, ContainerProcess):
         container, runtime, inner = h.name, h.launcher.config.runtime, h.inner
     common: dict[str, Any] = {"node": h.node, "rank": h.rank, "log": str(h.log_path), "container": container,
-                              "runtime": runtime, "serves_http": (h.node, h.rank) in serves}  # fmt: skip
+                              "runtime": runtime, "serves_http": (h.node, h.rank) in serves,
+                              "group": group}  # fmt: skip
     prefix = "container+" if container else ""
-    if hasattr(inner, "state_dir"):
+    if isinstance(inner, SshProcess):
         return RankState(kind=prefix + "ssh", pid=inner.remote_pid, state_dir=inner.state_dir, **common)
+    if not isinstance(inner, LocalProcess):
+        raise ServeError(f"rank {h.node}/{h.rank}: a {type(inner).__name__} cannot outlive this process")
     import psutil
 
     pid = int(inner.pid)
@@ -223,12 +229,12 @@ def _state(
 def _detach(handles: Sequence[ProcessHandle]) -> None:
     """End this process's hold on every rank (ssh: the local log stream), leaving the ranks running."""
     from pytest_sskj.server.container import ContainerProcess
+    from pytest_sskj.server.ssh import SshProcess
 
     for h in handles:
         inner = h.inner if isinstance(h, ContainerProcess) else h
-        detach = getattr(inner, "detach", None)
-        if callable(detach):
-            detach()
+        if isinstance(inner, SshProcess):
+            inner.detach()  # a local rank is a session leader of its own: nothing here holds it
 
 
 def _refuse_live(settings: Settings, name: str, say: Callable[[str], None]) -> None:
@@ -256,12 +262,9 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
     settings = config.stash[SETTINGS_KEY]
     if settings.target_url:
         raise ServeError("--target-url names a server that already runs; `serve start` launches one: drop it")
-    if settings.deployment is not None:
-        raise ServeError(
-            "serve start runs one server group; the profile's [deployment] groups and router (PD) are not "
-            "supported by `serve start` yet\n  Hint: run the PD job with `pytest acceptance/ --profile ...`"
-        )
     _refuse_live(settings, name, say)
+    if settings.deployment is not None:
+        return _start_groups(config, settings, name, say)
     chunk = settings.chunks[0] if settings.chunks else None
     if len(settings.backends) > 1 or len(settings.chunks) > 1:
         say(f"deployment {name}: one server: backend {settings.baseline}, chunk {chunk} (the first of each)")
@@ -293,4 +296,26 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
         pool.close()
         raise ServeError(f"could not write the state of deployment {name}: {exc}; the servers were stopped") from None
     _detach(server.handles)
+    return state
+
+
+def _start_groups(config: pytest.Config, settings: Settings, name: str, say: Callable[[str], None]) -> DeploymentState:
+    """A profile's ``[deployment]`` (PD: prefill and decode groups behind the router): :mod:`.groups`."""
+    from pytest_sskj.serve.groups import deployment_ranks, deployment_state, start_deployment
+
+    log_dir = settings.reports_dir / "deployments" / name / time.strftime("%Y%m%d-%H%M%S")
+    try:
+        dep, identity, close = start_deployment(
+            config, name, log_dir, launcher_for=lambda tag: _launcher(settings, tag), say=say
+        )
+    except ServerError as exc:
+        raise ServeError(f"deployment {name} did not start; nothing is left running:\n{exc}") from None
+    try:
+        common = {"ssh": _ssh_facts(settings), "profile": str(settings.profile) if settings.profile else None}
+        state = deployment_state(name, settings, dep, identity, log_dir, deployment_ranks(dep, _rank_state), common)
+        state.write(state_path(settings.reports_dir, name))
+    except (OSError, ServeError) as exc:
+        close()
+        raise ServeError(f"could not record deployment {name}: {exc}; its servers were stopped") from None
+    _detach(dep.handles)
     return state

@@ -64,6 +64,8 @@ class RankState:
     """The container's name when the rank runs in one (``runtime rm -f`` on stop)."""
     runtime: str | None = None
     serves_http: bool = False
+    group: str | None = None
+    """A deployment's group (``prefill``, ``decode``, ...) or ``router``; ``None`` for a one-server deployment."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class DeploymentState:
     log_dir: str = ""
     startup_s: float | None = None
     notes: tuple[str, ...] = ()
+    topology: str | None = None
+    """A ``[deployment]``'s label (groups, layouts, backends, router); ``None`` for one server group."""
     schema: int = SCHEMA
 
     def as_dict(self) -> dict[str, Any]:

@@ -341,6 +341,51 @@ def test_the_pd_job_runs_seed_004s_four_points_over_the_real_router(ssh_config: 
     print(f"PD job: {wall:.1f} s wall")
 
 
+def _serve(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SSKJ_"))}
+    argv = [sys.executable, "-m", "pytest_sskj", "serve", *args, "--reports-dir", str(tmp), "--sskj-db", "none"]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, env=env, check=False)
+
+
+def test_serve_start_leaves_the_pd_deployment_running_and_a_run_naming_it_benchmarks_it_through_the_router(
+    ssh_config: Path, tmp_path: Path
+) -> None:
+    """Seed 004's ``sskj.deploy start|status|stop`` beside ``sskj.bench run --url``: ``serve start`` starts the PD
+    profile's prefill and decode groups over the SSH launcher and the real router, and exits; ``serve status``
+    finds every rank of both groups and the router alive and the router healthy; ``pytest acceptance/
+    --sskj-deployment`` runs the 4 points against the router (nothing launched: no rank log in its run dir),
+    labelled with the deployment's topology; a run describing another topology is refused; ``serve stop``
+    leaves no process on any host."""
+    router = _router_python()
+    pd = ["--profile", "twin/kimi3-sglang-pd", "--nodes", "601-608", "--sskj-ssh-config", str(ssh_config)]
+    started = _serve(tmp_path, "start", "pd1", *pd, "--sskj-router-python", router)
+    assert started.returncode == 0, f"serve start failed:\n{started.stdout}\n{started.stderr[-4000:]}"
+    try:
+        state = json.loads((tmp_path / "deployments" / "pd1.json").read_text())
+        groups = sorted({r["group"] for r in state["ranks"]})
+        assert groups == ["decode", "prefill", "router"], f"ranks of both groups and the router: {groups}"
+        assert state["topology"] and state["topology"].startswith("pd: prefill 601..604"), state["topology"]
+        status = _serve(tmp_path, "status", "pd1", "--sskj-ssh-config", str(ssh_config))
+        assert status.returncode == 0 and "healthy" in status.stdout, status.stdout + status.stderr
+        assert status.stdout.count("running (pids") == len(state["ranks"]), status.stdout
+        other = _job(tmp_path, "pd-other", "--sskj-deployment", "pd1", "--profile", "twin/kimi3-sglang-pd",
+                     "--nodes", "701-708")  # fmt: skip
+        assert other[0] == 4 and "deployment 'pd1' runs pd: prefill 601..604" in other[1], other[1][-3000:]
+        rc, out, wall, run = _job(tmp_path, "pd-served", "--sskj-deployment", "pd1", *pd[:4], "--requests", "8")
+        assert rc == 0, f"the run against the deployment should pass, exit {rc}:\n{out[-6000:]}"
+        rows, _, _ = _read(run)
+        got = sorted((r["isl"], r["osl"], r["concurrency"]) for r in rows)
+        assert got == [(16384, 1, 1), (16384, 1, 8), (16384, 512, 1), (16384, 512, 8)], f"seed 004's points: {got}"
+        assert all(r["completed"] == 8 for r in rows), [(r["osl"], r["concurrency"], r["completed"]) for r in rows]
+        assert not list((run / "logs").rglob("*rank*.log")), "a run naming a deployment launched ranks"
+        assert state["urls"] == [json.loads((run / "manifest.json").read_text())["settings"]["target_url"]]
+    finally:
+        stopped = _serve(tmp_path, "stop", "pd1", "--sskj-ssh-config", str(ssh_config))
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert _foreign_pids() == {}, "serve stop left ranks on the hosts"
+    print(f"PD deployment run: {wall:.1f} s wall")
+
+
 def test_a_pd_rank_that_logs_a_traceback_and_oom_fails_the_pd_jobs_log_verdict_naming_node_and_file(
     ssh_config: Path, tmp_path: Path
 ) -> None:
