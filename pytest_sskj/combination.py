@@ -92,9 +92,7 @@ def _same_topology(
     )  # fmt: skip
 
 
-def _deployment_target(
-    values: dict[str, Any], sources: Mapping[str, str], opts: Mapping[str, Option]
-) -> str | None:
+def _deployment_target(values: dict[str, Any], sources: Mapping[str, str], opts: Mapping[str, Option]) -> str | None:
     """``--sskj-deployment NAME``: the named deployment's URL is the run's ``--target-url``; returns the
     deployment's topology label (``None`` for one server group)."""
     name = values.get("serve_deployment")
@@ -168,6 +166,20 @@ def _bind_deployment(
         raise pytest.UsageError(str(exc)) from None
     values["deployment"], values["nodes"] = topo, topo.nodes
     values["backends"], values["chunks"] = (topo.arm,), ()
+
+
+def _target_nodes_check(s: Settings, opts: Mapping[str, Option]) -> None:
+    """``--target-url`` launches nothing, so ``--nodes`` would contradict it (unless the run names a
+    ``[deployment]``: its nodes bind the groups the run is held to)."""
+    if s.target_url is None or (s.serve_deployment and s.deployment is not None):
+        return
+    if s.sources.get("nodes") in ("cli", "env", "ini"):
+        nodes_where = where(s.sources["nodes"], opts["nodes"], None)
+        raise pytest.UsageError(
+            f"--target-url benchmarks a server that is already running; --nodes (from {nodes_where}) "
+            "would launch one\n  accepted: one of them\n  Hint: drop --target-url, or unset the nodes "
+            "(unset SSKJ_NODES / remove sskj_nodes from the ini)"
+        )
 
 
 def _check_layouts(s: Settings) -> None:
@@ -267,15 +279,7 @@ def check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
     _engine_checks(s, info)
     if s.launcher == "ssh" and not s.nodes:
         raise pytest.UsageError("--launcher ssh needs --nodes\n  Hint: --nodes 601-604 --launcher ssh")
-    if s.target_url is not None and not (s.serve_deployment and s.deployment is not None):
-        # (a run naming a [deployment] gives its nodes: they bind the groups it is held to, nothing is launched)
-        if s.sources.get("nodes") in ("cli", "env", "ini"):
-            nodes_where = where(s.sources["nodes"], opts["nodes"], None)
-            raise pytest.UsageError(
-                f"--target-url benchmarks a server that is already running; --nodes (from {nodes_where}) "
-                "would launch one\n  accepted: one of them\n  Hint: drop --target-url, or unset the nodes "
-                "(unset SSKJ_NODES / remove sskj_nodes from the ini)"
-            )
+    _target_nodes_check(s, opts)
     if s.expect_best_chunk is not None and s.expect_best_chunk not in s.chunks:
         raise pytest.UsageError(
             f"--expect-best-chunk {s.expect_best_chunk} is not one of the chunks "

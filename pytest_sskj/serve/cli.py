@@ -75,8 +75,13 @@ def _status_json(results: Sequence[DeploymentStatus]) -> str:
                 "alive": r.alive,
                 "urls": list(r.state.urls),
                 "ranks": [
-                    {"node": x.rank.node, "rank": x.rank.rank, "group": x.rank.group, "pids": list(x.pids),
-                     "detail": x.detail}
+                    {
+                        "node": x.rank.node,
+                        "rank": x.rank.rank,
+                        "group": x.rank.group,
+                        "pids": list(x.pids),
+                        "detail": x.detail,
+                    }
                     for x in r.ranks
                 ],
                 "health": [list(h) for h in r.health],
