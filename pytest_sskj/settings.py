@@ -221,7 +221,8 @@ class _Resolver:
         if opt.env in self.environ:  # an empty SSKJ_X= is a value too (and refused as empty), never "unset"
             val: Any = self.environ[opt.env]
             if opt.kind in ("append", "env", "ssh_options") and val.strip():
-                val = [v for v in val.split(";") if v.strip()] if opt.kind == "env" else val.split()
+                # split on the separator only: a line break or tab in an item is the schema's to refuse
+                val = [v for v in val.split(";" if opt.kind == "env" else " ") if v.strip()]
             return val, "env"
         ini = self.config.getini(opt.ini)
         if ini not in (None, "", []):

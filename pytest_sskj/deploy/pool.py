@@ -134,6 +134,13 @@ class RunningDeployment:
     def alive(self) -> bool:
         return all(h.poll() is None for h in self.handles)
 
+    def pids(self) -> dict[str, list[int]]:
+        """Every group rank's live PIDs by ``node/rank`` (groups never share a node) and the router's."""
+        out = {k: v for s in self.groups.values() for k, v in s.pids().items()}
+        if self.router is not None:
+            out[f"{self.router.node}/router"] = self.router.pids()
+        return out
+
     def server_info(self) -> dict[str, Any] | None:
         return None
 

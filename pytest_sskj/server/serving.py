@@ -46,6 +46,10 @@ class Serving(Protocol):
         """The last ``n`` lines of every process's log, redacted, by the keys of :attr:`log_paths`."""
         ...
 
+    def pids(self) -> dict[str, list[int]]:
+        """Live PIDs of every process's tree, by ``node/rank`` (a deployment's router: ``<node>/router``)."""
+        ...
+
     def check_alive(self) -> None:
         """Raise :class:`~pytest_sskj.errors.ServerCrashed` when a process died or a fatal line was logged."""
         ...

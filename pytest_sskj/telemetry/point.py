@@ -21,14 +21,30 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.spec import NodeCommand
 from pytest_sskj.telemetry.gpu_script import SAMPLER_PY
 from pytest_sskj.telemetry.prometheus import parse
 
-__all__ = ["PointTelemetry", "point_telemetry", "read_gpu_log"]
+if TYPE_CHECKING:
+    from pytest_sskj.spec import ServerSpec
+
+
+class Observed(Protocol):
+    """What the telemetry of a point reads of the server (a :class:`~pytest_sskj.server.serving.Serving`)."""
+
+    @property
+    def spec(self) -> ServerSpec: ...
+    @property
+    def urls(self) -> list[str]: ...
+    @property
+    def external(self) -> bool: ...
+    def pids(self) -> dict[str, list[int]]: ...
+
+
+__all__ = ["Observed", "PointTelemetry", "point_telemetry", "read_gpu_log"]
 
 _GPU_MARK = "SSKJ-GPU "
 
@@ -185,7 +201,7 @@ def _start_samplers(
 
 @contextmanager
 def point_telemetry(
-    server: Any,
+    server: Observed,
     launcher: Launcher | None,
     out_dir: Path,
     *,
@@ -195,7 +211,7 @@ def point_telemetry(
     """Sample GPUs on every node of ``server`` and scrape its ``/metrics`` while the block runs."""
     spec = server.spec
     tel = PointTelemetry(out_dir, interval_s)
-    external = bool(getattr(server, "external", False))
+    external = server.external
     nodes = list(spec.nodes) or ["local"]
     py = python or spec.python or ("python3" if spec.nodes else sys.executable)
     handles: list[ProcessHandle] = []
@@ -223,10 +239,7 @@ def point_telemetry(
             if scraper.error:
                 tel.errors.append(scraper.error)
         _stop(handles, tel)
-        try:
-            pids = server.pids() if not external else {}
-        except Exception:
-            pids = {}
+        pids = server.pids() if not external else {}
         tel.server_pids = {n: [p for k, v in pids.items() if k.split("/")[0] == n for p in v] for n in nodes}
         tel.records = sorted(metrics + tel.records, key=lambda r: float(r.get("t") or 0.0))
         tel.write()
