@@ -316,7 +316,11 @@ def _example(n: int) -> str:
 def _fill(topo: Topology, key: str, values: Sequence[Any], given_by: str) -> Topology:
     """A single run-wide ``backend`` / ``chunk`` becomes the setting of every group without its own."""
     per_group = "backend" if key == "backend" else "chunk"
-    own = ", ".join(f"{g.name} {getattr(g, per_group)}" for g in topo.groups if getattr(g, per_group) is not None)
+
+    def own_value(g: Group) -> Any:
+        return g.backend if per_group == "backend" else g.chunk
+
+    own = ", ".join(f"{g.name} {own_value(g)}" for g in topo.groups if own_value(g) is not None)
     hint = (
         f"\n  accepted: per-group settings: {per_group} = ... in each [[deployment.groups]] table ({own or 'none set'})"
         f"\n  Hint: drop {given_by}; to compare {per_group}s, run the deployment once per group setting "
@@ -329,7 +333,7 @@ def _fill(topo: Topology, key: str, values: Sequence[Any], given_by: str) -> Top
         )
     if not values:
         return topo
-    takes = [g for g in topo.groups if getattr(g, per_group) is None and (key == "backend" or g.role != "decode")]
+    takes = [g for g in topo.groups if own_value(g) is None and (key == "backend" or g.role != "decode")]
     if not takes:
         raise ValueError(f"{given_by} sets {values[0]} for a {topo.kind} deployment whose groups set their own{hint}")
     return replace(topo, groups=tuple(replace(g, **{per_group: values[0]}) if g in takes else g for g in topo.groups))

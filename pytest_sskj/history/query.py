@@ -80,8 +80,7 @@ class Filters:
         return s
 
     def run_ok(self, run: Mapping[str, Any]) -> bool:
-        for key in ("platform", "model", "engine"):
-            want = getattr(self, key)
+        for key, want in (("platform", self.platform), ("model", self.model), ("engine", self.engine)):
             if want is not None and str(run.get(key)) != want:
                 return False
         started = str(run.get("started_at") or "")

@@ -72,9 +72,8 @@ def given_labels(settings: Settings) -> dict[str, Any]:
         out["backend"] = backends
     if settings.chunks and src.get("chunks") in _GIVEN:
         out["chunk"] = list(settings.chunks)
-    for k in ("tp", "ep", "dp", "pp"):
-        if src.get(k) in _GIVEN:
-            out[k] = getattr(settings, k)
+    sizes = {"tp": settings.tp, "ep": settings.ep, "dp": settings.dp, "pp": settings.pp}
+    out.update({k: v for k, v in sizes.items() if src.get(k) in _GIVEN})
     if settings.model_path and src.get("model_path") in _GIVEN:
         out["model_path"] = settings.model_path
     return out

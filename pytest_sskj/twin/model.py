@@ -88,12 +88,19 @@ class Cell:
     source: str = ""
     note: str = ""
 
+    def facts(self) -> dict[str, Any]:
+        """The cell's matching facts (:data:`MATCH_KEYS`) and its workload, by name."""
+        return {"role": self.role, "tp": self.tp, "ep": self.ep, "dp": self.dp, "pp": self.pp, "backend": self.backend,
+                "chunk": self.chunk, "concurrency": self.concurrency, "isl": self.isl}  # fmt: skip
+
     def matches(self, facts: Mapping[str, Any]) -> bool:
-        return all(getattr(self, k) is None or getattr(self, k) == facts.get(k) for k in MATCH_KEYS)
+        own = self.facts()
+        return all(own[k] is None or own[k] == facts.get(k) for k in MATCH_KEYS)
 
     @property
     def key(self) -> str:
-        return "/".join(f"{k}={getattr(self, k)}" for k in (*MATCH_KEYS, "concurrency", "isl"))
+        own = self.facts()
+        return "/".join(f"{k}={own[k]}" for k in (*MATCH_KEYS, "concurrency", "isl"))
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,7 @@ class TwinModel:
 
     def describe(self, facts: Mapping[str, Any]) -> str:
         shown = ", ".join(f"{k}={facts.get(k)}" for k in MATCH_KEYS)
-        known = "; ".join(sorted({"/".join(f"{k}={getattr(c, k)}" for k in MATCH_KEYS) for c in self.cells}))
+        known = "; ".join(sorted({"/".join(f"{k}={c.facts()[k]}" for k in MATCH_KEYS) for c in self.cells}))
         return f"no cell of twin model {self.name!r} matches {shown}; the model has: {known}"
 
 
