@@ -239,8 +239,10 @@ def session_overhead(config: pytest.Config, rows: Sequence[Mapping[str, Any]]) -
         return None
     extra = config.stash.get(EXTRA_KEY, {})
     wall = extra.setdefault("session_wall_s", time.perf_counter() - t0)
-    starts = getattr(extra.get("server_pool"), "starts", None)
-    return overhead_line(rows, starts if isinstance(starts, dict) else None, float(wall))
+    from pytest_sskj.server.pool import ServerPool
+
+    pool = extra.get("server_pool")
+    return overhead_line(rows, pool.starts if isinstance(pool, ServerPool) else None, float(wall))
 
 
 def session_deselections(config: pytest.Config) -> tuple[int, list[str]]:

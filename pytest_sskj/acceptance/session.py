@@ -146,7 +146,7 @@ class Acceptance:
             return
         pool = self.pool()
         spec = self.runner.spec_for(point)
-        server = getattr(pool, "running", {}).get(spec)
+        server = pool.running.get(spec)  # ServerPool and DeploymentPool: the running servers by spec
         if server is not None and SERVER_KEY not in item.stash:
             item.stash[SERVER_KEY] = (server, server.mark())
 
@@ -245,7 +245,7 @@ class Acceptance:
         from pytest_sskj.stash import MANIFEST_KEY
 
         manifest = self.config.stash.get(MANIFEST_KEY, None)
-        engines = dict(getattr(manifest, "data", {}).get("engines", {})) if manifest is not None else {}
+        engines = dict(manifest.data.get("engines", {})) if manifest is not None else {}
         fb, fc = engines.get(sb.label), engines.get(sc.label)
         if isinstance(fb, dict) and isinstance(fc, dict) and sb.label != sc.label:
             out += [f"engine fact {d}" for d in fact_differences(fb, fc)]

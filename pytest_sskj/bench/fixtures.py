@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pytest
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["BenchHelper", "bench_client", "run_bench"]
 
 
+@runtime_checkable
 class _HasUrls(Protocol):
     @property
     def urls(self) -> list[str]: ...
@@ -39,11 +40,10 @@ def target_urls(target: Target) -> list[str]:
     """Base URLs of ``target``: a URL, a sequence of URLs, or an object with ``.urls``."""
     if isinstance(target, str):
         return [target]
-    urls = getattr(target, "urls", None)
-    if urls is not None:
-        return list(urls)
     if isinstance(target, Sequence):
         return [str(u) for u in target]
+    if isinstance(target, _HasUrls):
+        return list(target.urls)
     raise TypeError(f"bench target must be a URL, a list of URLs or have .urls; got {type(target).__name__}")
 
 

@@ -48,12 +48,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pytest_sskj.bench.records import RequestRecord
 from pytest_sskj.vocabulary import COMPUTED
 from pytest_sskj.vocabulary import STATS as _REGISTRY_STATS
+
+if TYPE_CHECKING:
+    from pytest_sskj.slo import SloGate
 
 __all__ = [
     "LATENCY_METRICS",
@@ -113,12 +117,14 @@ def percentile_note(metric: str, n: int | None) -> str:
     return f"{stat} of {n} requests"
 
 
-def percentile_problems(gates: Iterable[object], requests: int, confidence: float = PERCENTILE_CONFIDENCE) -> list[str]:
+def percentile_problems(
+    gates: Iterable[SloGate], requests: int, confidence: float = PERCENTILE_CONFIDENCE
+) -> list[str]:
     """Why a percentile SLO gate cannot be supported by ``requests`` per point at ``confidence``, with the
     number of requests it would need (``[]``: every gate is supportable)."""
     out = []
     for g in gates:
-        metric = str(getattr(g, "metric", ""))
+        metric = g.metric
         q = _quantile_of(metric)
         if q is None or q <= 0.5:
             continue
