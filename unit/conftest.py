@@ -9,7 +9,10 @@ or subprocess run it starts, sees only what the test itself sets.  Infrastructur
 parsers, network-namespace SSH hosts, hangs waiting out the default 30 s stall timeout, signals mid-run, ...) are
 deselected unless ``--run-slow`` is given; ``.ci/run`` runs them as their own phase (``pytest unit/ --run-slow -m
 slow``); the inner loop runs on xdist workers unless told otherwise (``-n 0``, ``-p no:xdist``, ``--pdb``), the slow
-phase only when told (``-n N``: every worker with its own network-namespace hosts).  The numerics, metrics,
+phase only when told (``-n N``: every worker with its own network-namespace hosts).  Checks that run a whole pytest
+session (or a server) in a subprocess for several seconds each -- the secret-planting runs, the full-disk run,
+the unit-run records, ``serve`` outliving its command, the Allure session -- are in the slow phase too (issue
+26: the inner loop as typed in about a minute on two cores).  The numerics, metrics,
 option parsing, oracle and the embedded engine's end-to-end tests stay in the inner loop.  Inner pytest runs
 (pytester, ``python -m pytest``) leave out the third-party plugins that none of them uses (hypothesis, anyio):
 loading them is most of a bare pytest start-up here.

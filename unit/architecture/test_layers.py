@@ -9,6 +9,7 @@ not count).  A *unit* is a subpackage (``server``, ``engines``) or a top-level m
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,6 +100,7 @@ def _module(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache  # parsed once per session: every test reads the same package
 def import_graph() -> dict[str, set[str]]:
     """Unit -> units it imports at run time."""
     graph: dict[str, set[str]] = {}
@@ -111,6 +113,7 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+@functools.cache  # parsed once per session: every test reads the same package
 def _layer_of() -> dict[str, int]:
     return {u: i for i, (_, units) in enumerate(LAYERS) for u in units}
 
@@ -171,6 +174,7 @@ def test_layers_run_one_way() -> None:
     assert not gone, f"listed upward arrows that no longer exist (delete their rows): {gone}"
 
 
+@functools.cache  # parsed once per session: every test reads the same package
 def module_graph() -> dict[str, set[str]]:
     """Module -> modules it imports at run time (an imported name that is no module counts as its module)."""
     mods = {_module(p): p for p in PKG.rglob("*.py")}

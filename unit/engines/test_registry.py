@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def _runtime_imports(path: Path) -> set[str]:
     return out
 
 
+@functools.cache  # parsed once per session: every test reads the same package
 def _module_graph() -> dict[str, set[str]]:
     mods: dict[str, Path] = {}
     for p in PKG.rglob("*.py"):

@@ -23,6 +23,7 @@ def test_help_shows_the_sskj_group_with_every_option(pytester: pytest.Pytester) 
         )
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_plugin_registers_via_entry_point_and_can_be_disabled(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
     ok = pytester.runpytest_subprocess("--engine", "embedded")

@@ -62,6 +62,7 @@ def _grep(paths: list[Path], needles: list[str]) -> list[str]:
     return hits
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_planted_secrets_reach_no_written_file(tmp_path: Path) -> None:
     (tmp_path / "acceptance").mkdir()
     (tmp_path / "acceptance" / "test_inner.py").write_text(INNER)

@@ -97,6 +97,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     return res, root / "rep" / "r1", root / "allure-results"
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_rows_verdicts_summary_plots_and_outcomes_are_written(
     session: tuple[subprocess.CompletedProcess[str], Path, Path],
 ) -> None:
@@ -138,6 +139,7 @@ def test_rows_verdicts_summary_plots_and_outcomes_are_written(
     assert manifest["report"]["results_csv"] == "results.csv"
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_allure_results_carry_labels_parameters_steps_and_attachments(
     session: tuple[subprocess.CompletedProcess[str], Path, Path],
 ) -> None:
@@ -194,6 +196,7 @@ def test_point():
     assert ids[0] != ids[2], "the backend parameter must be part of the history id"
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_allure_extras_describe_the_run(session: tuple[subprocess.CompletedProcess[str], Path, Path]) -> None:
     _, _, alluredir = session
     props = dict(line.split("=", 1) for line in (alluredir / "environment.properties").read_text().splitlines())

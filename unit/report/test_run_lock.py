@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 WAITS = """
 import os, time
@@ -44,6 +46,7 @@ def _project(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_a_second_live_run_with_the_same_run_id_is_refused(tmp_path: Path) -> None:
     env = _project(tmp_path)
     first = subprocess.Popen(_cmd("same"), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -110,6 +110,7 @@ def test_dry_run_shows_no_planted_server_arg_secret(tmp_path: Path, source: str)
         assert needle not in out, f"{needle} printed by the dry run"
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_planted_server_arg_secrets_reach_no_artefact_of_a_real_run(tmp_path: Path) -> None:
     """A real embedded run (the server echoes its arguments into its log, like SGLang) with secrets as
     server arguments in both forms and through ``SSKJ_SERVER_ARGS``; every file of the run dir and of

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pytest_sskj.report.summary import render_summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +34,7 @@ def test_summary_renders_counts_deselections_and_overhead_from_the_manifest() ->
     assert "## Session" not in render_summary([], [], manifest={"run_id": "old"}), "a manifest without counts"
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_a_run_summary_shows_the_terminal_counts_deselections_and_overhead_line(tmp_path: Path) -> None:
     res = subprocess.run(
         [

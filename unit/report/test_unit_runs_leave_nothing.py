@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,6 +50,7 @@ def _written(rep: Path) -> list[str]:
     return sorted(str(p.relative_to(rep)) for p in rep.rglob("*")) if rep.exists() else []
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_unit_session_without_run_id_creates_no_run_dir_record_or_header(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     for args in (("unit/",), ("unit/test_self.py::test_one",), ()):
@@ -56,6 +59,7 @@ def test_unit_session_without_run_id_creates_no_run_dir_record_or_header(tmp_pat
         assert "record(s) written" not in out and "sskj: run " not in out, out[-2000:]
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_a_named_unit_run_is_recorded_and_release_mark_judges_it(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     _pytest(proj, "unit/")
@@ -71,6 +75,7 @@ def test_a_named_unit_run_is_recorded_and_release_mark_judges_it(tmp_path: Path)
     assert res.returncode == 0 and "u-cli" in res.stdout, res.stdout + res.stderr
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_a_session_collecting_outside_unit_records_as_before(tmp_path: Path) -> None:
     proj = _project(tmp_path)
     out = _pytest(proj, "other/")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pytest_sskj.redact import REDACTED, redact_url, url_without_userinfo
 from pytest_sskj.testing.mock_server import MockConfig, MockServer
 
@@ -22,6 +24,7 @@ def test_userinfo_is_dropped_from_a_url_nothing_authenticates_with() -> None:
     assert redact_url(f"postgresql://ann:{PW}@db:5432/x") == f"postgresql://ann:{REDACTED}@db:5432/x"
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_a_target_url_password_reaches_no_terminal_line_and_no_file(tmp_path: Path) -> None:
     with MockServer(MockConfig(ttft_ms=1)) as srv:
         url = srv.url.replace("http://", f"http://ann:{PW}@")

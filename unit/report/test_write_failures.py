@@ -39,6 +39,7 @@ rd.atomic_write_bytes = _failing
 """
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_a_full_disk_ends_the_run_as_error_and_keeps_finished_points(tmp_path: Path) -> None:
     (tmp_path / "inject_enospc.py").write_text(INJECT)
     res = subprocess.run(

@@ -53,6 +53,7 @@ def _serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=env, check=False)
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_serve_start_runs_the_rank_in_the_platforms_container_and_stop_removes_it(
     box: tuple[Path, Path, dict[str, str]], tmp_path: Path
 ) -> None:

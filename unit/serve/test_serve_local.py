@@ -38,6 +38,7 @@ def _gone_within(pids: list[int], timeout_s: float = 10.0) -> list[int]:
     return left
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_a_started_deployment_outlives_its_command_is_refused_twice_and_stops_whole(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     secret = "s3cr3t-token-value"
@@ -95,6 +96,7 @@ def test_a_dead_deployment_is_reported_dead_and_stop_says_it_was_not_running(tmp
         serve("stop", "gone", reports=reports)
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_bad_options_are_the_runs_own_usage_errors_and_nothing_starts(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     bad = serve("start", "x", "--concurrency", "0", reports=reports)

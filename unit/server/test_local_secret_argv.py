@@ -81,6 +81,7 @@ def test_no_secret_leaves_the_command_untouched(tmp_path: Path) -> None:
     assert not (tmp_path / ".private").exists()
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_a_real_embedded_run_shows_no_planted_secret_in_ps_or_in_any_file(tmp_path: Path) -> None:
     """Secrets planted as env (HF_TOKEN) and as a server argument (``--hf-token=V``): ``/proc/*/cmdline``
     is read all through the run, every file of the run dir afterwards."""

@@ -63,6 +63,7 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     )
 
 
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
 def test_tests_share_a_server_per_spec_and_failures_get_log_sections(pytester: pytest.Pytester, env_out: Path) -> None:
     pytester.makepyfile(
         RECORDER
