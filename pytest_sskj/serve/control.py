@@ -156,7 +156,7 @@ def _launcher(settings: Settings, name: str) -> Launcher:
     kind = settings.launcher
     remote = any(not is_local_node(n) for n in settings.nodes)
     inner: Launcher = (
-        LocalLauncher() if kind == "local" or (kind == "container" and not remote)
+        LocalLauncher(detached_pump=True) if kind == "local" or (kind == "container" and not remote)
         else launcher_class("ssh").from_settings(settings, worker="serve")
     )  # fmt: skip
     if kind != "container":

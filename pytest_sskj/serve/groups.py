@@ -38,7 +38,7 @@ def _router_launcher(settings: Settings, name: str) -> Launcher:
     topo = settings.deployment
     assert topo is not None and topo.router is not None
     if is_local_node(topo.router.node):
-        return LocalLauncher()
+        return LocalLauncher(detached_pump=True)
     return launcher_class("ssh").from_settings(settings, worker=f"serve-{name}-router")
 
 

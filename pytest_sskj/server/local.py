@@ -74,8 +74,11 @@ class LocalLauncher:
         inherit_env: bool = True,
         reaper_state: Path | None = None,
         partition: cpu_partition.CpuPartition | None = None,
+        detached_pump: bool = False,
     ) -> None:
         self.cwd = cwd
+        self.detached_pump = detached_pump
+        """A rank with secrets logs through a pump process that outlives this one (``serve start``)."""
         self.partition = partition
         """Client / server cores of this launch (``None`` or not ``pinned``: nothing is pinned)."""
         self.client_priority = ""
@@ -129,7 +132,8 @@ class LocalLauncher:
             bind = cpu_partition.format_cpus(server_cpus)
             env.update({k: bind for k in cpu_partition.SERVER_BIND_ENV if k not in given})
         try:
-            proc = ManagedProcess(cmd.argv, log_path, env=env, cwd=self.cwd, secrets=_secrets_of(cmd), cpus=server_cpus)
+            proc = ManagedProcess(cmd.argv, log_path, env=env, cwd=self.cwd, secrets=_secrets_of(cmd), cpus=server_cpus,
+                                  detached_pump=self.detached_pump)  # fmt: skip
         except OSError as exc:
             raise LauncherError(
                 f"could not start {cmd.argv[0]!r} for node {cmd.node} rank {cmd.rank}: {exc}; "

@@ -151,8 +151,11 @@ class ManagedProcess:
         cwd: Path | None = None,
         secrets: Sequence[str] = (),
         cpus: Sequence[int] = (),
+        detached_pump: bool = False,
     ) -> None:
-        """``cpus``: pin the process (before ``exec``; its threads and children inherit it) to these cores."""
+        """``cpus``: pin the process (before ``exec``; its threads and children inherit it) to these cores.
+        ``detached_pump``: with ``secrets``, the redacting log pump is a process of its own session
+        (:mod:`pytest_sskj.server.logpump`) that outlives this one, not a thread of it (``serve start``)."""
         self.argv = tuple(argv)
         self.cpus = tuple(cpus)
         self.secrets = tuple(s for s in secrets if s)
@@ -170,6 +173,8 @@ class ManagedProcess:
         self._learned_at = -LEARN_INTERVAL_S
         """When :meth:`poll` last walked the tree to learn children (``time.monotonic``)."""
         self._done = False
+        self.pump_process: subprocess.Popen[bytes] | None = None
+        out_w = self._start_pump_process(log_path) if self.secrets and detached_pump else None
         with log_path.open("ab") as log:
             self.log_offset = log.tell()
             """Size of the log before this process wrote to it (a reused log file is appended to)."""
@@ -177,7 +182,7 @@ class ManagedProcess:
             self.popen = subprocess.Popen(
                 list(launch.argv),
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if self.secrets else log,
+                stdout=out_w if out_w is not None else (subprocess.PIPE if self.secrets else log),
                 stderr=subprocess.STDOUT,
                 env=dict(env) if env is not None else None,
                 cwd=str(cwd) if cwd else None,
@@ -186,13 +191,36 @@ class ManagedProcess:
                 # one sched_setaffinity call between fork and exec: the whole tree starts on its cores
                 preexec_fn=server_preexec(self.cpus) if self.cpus else None,  # noqa: PLW1509
             )
+        if out_w is not None:
+            os.close(out_w)  # the child holds the write end; the pump process the read end
         self.pump: threading.Thread | None = None
-        if self.secrets:
+        if self.secrets and out_w is None:
             self.pump = threading.Thread(target=self._pump, name=f"sskj-log-{self.popen.pid}", daemon=True)
             self.pump.start()
         self.pid = self.popen.pid
         self.started_at = time.perf_counter()
         self._remember([self.pid])
+
+    def _start_pump_process(self, log_path: Path) -> int:
+        """Start the detached pump on a new pipe; return the pipe's write end for the child's output."""
+        import sys
+
+        from pytest_sskj.server.logpump import write_secrets_file
+
+        secrets_file = write_secrets_file(self.secrets, log_path.parent / ".private")
+        r, w = os.pipe()
+        try:
+            self.pump_process = subprocess.Popen(
+                [sys.executable, "-m", "pytest_sskj.server.logpump", str(log_path), str(secrets_file)],
+                stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+            )  # fmt: skip
+        except OSError:
+            os.close(w)
+            secrets_file.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(r)
+        return w
 
     def _pump(self) -> None:
         """Copy the child's output line by line into the log, secret values redacted, flushing every line."""
@@ -318,6 +346,11 @@ class ManagedProcess:
             return self.popen.returncode
         if self.pump is not None:
             self.pump.join(5.0)
+        if self.pump_process is not None:
+            try:
+                self.pump_process.wait(timeout=5.0)  # the tree is gone: the pipe is at its end
+            except subprocess.TimeoutExpired:  # pragma: no cover - a grandchild outside the tree holds the pipe
+                self.pump_process.kill()
         return rc
 
     def kill(self) -> int | None:

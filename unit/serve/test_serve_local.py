@@ -136,3 +136,51 @@ def test_acceptance_benchmarks_a_named_deployment_and_every_verdict_says_which_l
         assert missing.returncode == 4 and "no deployment named 'nope'" in missing.stderr + missing.stdout
     finally:
         serve("stop", "bench", reports=reports)
+
+
+def _pumps_of(log: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "pytest_sskj.server.logpump" in cmd and log in cmd:
+            out.append(p.pid)
+    return out
+
+
+@pytest.mark.slow  # whole sessions in subprocesses (seconds each): the slow phase (issue 26)
+def test_a_local_rank_with_a_secret_argument_keeps_logging_redacted_after_serve_start_returns(tmp_path: Path) -> None:
+    """A secret server argument makes the rank log through a redacting pump; the deployment outlives ``serve
+    start``, so the pump does too (its own process, the secret handed over in a file it deletes): requests
+    served after the command returned still reach the log, redacted, and the rank stays up until ``serve stop``,
+    which also ends the pump."""
+    import httpx
+
+    reports = tmp_path / "reports"
+    secret = "hf_PLANTEDserve0301"
+    env = {**os.environ, "SSKJ_SERVER_ARGS": f"--hf-token={secret}"}
+    argv = [sys.executable, "-m", "pytest_sskj", "serve", "start", "sec", "--reports-dir", str(reports)]
+    started = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=env, check=False)
+    assert started.returncode == 0, f"serve start failed ({started.returncode}):\n{started.stdout}\n{started.stderr}"
+    state = json.loads((reports / "deployments" / "sec.json").read_text())
+    (rank,) = state["ranks"]
+    log = Path(rank["log"])
+    try:
+        pumps = _pumps_of(str(log))
+        assert len(pumps) == 1, f"expected one pump process for {log}, found {pumps}"
+        size = log.stat().st_size
+        for _ in range(3):
+            r = httpx.post(f"{state['urls'][0]}/v1/completions", json={"prompt": "hello", "max_tokens": 2}, timeout=60)
+            assert r.status_code == 200, r.text
+        time.sleep(1.0)
+        assert _alive(rank["pid"]), "the rank died after serve start returned (its log pipe closed?)"
+        assert log.stat().st_size > size, "nothing the rank wrote after serve start returned reached its log"
+        st = serve("status", "sec", reports=reports)
+        assert st.returncode == 0 and "healthy" in st.stdout, st.stdout + st.stderr
+        assert not list((log.parent / ".private").glob("pump-*.json")), "the pump left its secrets file behind"
+    finally:
+        stopped = serve("stop", "sec", reports=reports)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert _gone_within(pumps) == [], "the pump outlived serve stop"
+    leaked = [f for f in reports.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()]
+    assert leaked == [], f"the planted secret is in {leaked}"
+    assert "***" in log.read_text(errors="replace") or secret not in log.read_text(errors="replace")
