@@ -239,7 +239,11 @@ def point_telemetry(
             if scraper.error:
                 tel.errors.append(scraper.error)
         _stop(handles, tel)
-        pids = server.pids() if not external else {}
+        try:
+            pids = server.pids() if not external else {}
+        except Exception as exc:  # a node that stopped answering: telemetry never fails a point, it says why
+            pids = {}
+            tel.errors.append(f"server PIDs not read: {type(exc).__name__}: {exc}")
         tel.server_pids = {n: [p for k, v in pids.items() if k.split("/")[0] == n for p in v] for n in nodes}
         tel.records = sorted(metrics + tel.records, key=lambda r: float(r.get("t") or 0.0))
         tel.write()
