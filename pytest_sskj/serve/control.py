@@ -20,19 +20,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_sskj.errors import ServerError
-from pytest_sskj.redact import redact_argv
-from pytest_sskj.serve.state import DeploymentState, RankState, known_names, read_state, state_path
+from pytest_sskj.serve.state import DeploymentState, RankState, known_names, read_state, recorded_spec, state_path
 from pytest_sskj.serve.trees import RankLiveness, liveness, stop_rank
 from pytest_sskj.server.launcher import Launcher, ProcessHandle
 
 if TYPE_CHECKING:
     import pytest
 
-    from pytest_sskj.server.pool import RunningServer
+    from pytest_sskj.identity import NodeIdentity
+    from pytest_sskj.server.pool import RunningServer, ServerPool
+    from pytest_sskj.server.spec import ServerSpec
     from pytest_sskj.server.ssh import SshLauncher
     from pytest_sskj.settings import Settings
 
 _T = TypeVar("_T")
+Record = Callable[["ServerSpec", Sequence["NodeIdentity"]], object]
+"""What the identity pre-launch hands the nodes' identities to."""
 
 __all__ = ["DeploymentStatus", "ServeError", "StopReport", "load", "start", "status", "stop"]
 
@@ -204,8 +207,7 @@ def _state(
 ) -> DeploymentState:
     from pytest_sskj.engines import get_engine
 
-    spec = server.spec.as_dict()
-    spec["extra_args"] = redact_argv(server.spec.extra_args)
+    spec = recorded_spec(server.spec)
     serves = {(c.node, c.rank) for c in server.commands if c.serves_http}
     return DeploymentState(
         name=name,
@@ -253,9 +255,7 @@ def _refuse_live(settings: Settings, name: str, say: Callable[[str], None]) -> N
 
 def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lambda _: None) -> DeploymentState:
     """Start deployment ``name`` from the configured session's settings; return its written state."""
-    from pytest_sskj.gpu.serving import server_prelaunch
-    from pytest_sskj.identity import build_facts, identity_prelaunch
-    from pytest_sskj.server.pool import ServerPool
+    from pytest_sskj.identity import build_facts
     from pytest_sskj.server.spec import spec_from_settings
     from pytest_sskj.stash import SETTINGS_KEY
 
@@ -263,8 +263,9 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
     if settings.target_url:
         raise ServeError("--target-url names a server that already runs; `serve start` launches one: drop it")
     _refuse_live(settings, name, say)
+    log_dir = settings.reports_dir / "deployments" / name / time.strftime("%Y%m%d-%H%M%S")
     if settings.deployment is not None:
-        return _start_groups(config, settings, name, say)
+        return _start_groups(config, settings, name, log_dir, say)
     chunk = settings.chunks[0] if settings.chunks else None
     if len(settings.backends) > 1 or len(settings.chunks) > 1:
         say(f"deployment {name}: one server: backend {settings.baseline}, chunk {chunk} (the first of each)")
@@ -274,16 +275,7 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
     def record(_spec: Any, ids: Sequence[Any]) -> None:
         identity.update({"nodes": [i.as_dict() for i in ids], **build_facts(ids)})
 
-    log_dir = settings.reports_dir / "deployments" / name / time.strftime("%Y%m%d-%H%M%S")
-    pool = ServerPool(
-        log_dir=log_dir / "logs",
-        launcher=_launcher(settings, name),
-        health_timeout_s=settings.health_timeout_s,
-        model_cache_dir=settings.reports_dir / ".cache" / "models",
-        commands_for=lambda sp: config.hook.pytest_sskj_server_commands(config=config, spec=sp),
-        name_tag=name,
-        prelaunch=identity_prelaunch(server_prelaunch(config), allow_mixed=settings.allow_mixed_builds, record=record),
-    )
+    pool = _pool(config, settings, name, log_dir, record)
     try:
         server = pool.get(spec)
     except ServerError as exc:
@@ -299,14 +291,33 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
     return state
 
 
-def _start_groups(config: pytest.Config, settings: Settings, name: str, say: Callable[[str], None]) -> DeploymentState:
+def _pool(config: pytest.Config, settings: Settings, tag: str, log_dir: Path, record: Record) -> ServerPool:
+    """A server pool of ``serve start`` (one server group): serve's launcher for ``tag``, the identity pre-launch
+    (``record`` gets the nodes' identities) before the GPU pre-flight, logs under ``log_dir/logs``."""
+    from pytest_sskj.gpu.serving import server_prelaunch
+    from pytest_sskj.identity import identity_prelaunch
+    from pytest_sskj.server.pool import ServerPool
+
+    return ServerPool(
+        log_dir=log_dir / "logs",
+        launcher=_launcher(settings, tag),
+        health_timeout_s=settings.health_timeout_s,
+        model_cache_dir=settings.reports_dir / ".cache" / "models",
+        commands_for=lambda sp: config.hook.pytest_sskj_server_commands(config=config, spec=sp),
+        name_tag=tag,
+        prelaunch=identity_prelaunch(server_prelaunch(config), allow_mixed=settings.allow_mixed_builds, record=record),
+    )
+
+
+def _start_groups(
+    config: pytest.Config, settings: Settings, name: str, log_dir: Path, say: Callable[[str], None]
+) -> DeploymentState:
     """A profile's ``[deployment]`` (PD: prefill and decode groups behind the router): :mod:`.groups`."""
     from pytest_sskj.serve.groups import deployment_ranks, deployment_state, start_deployment
 
-    log_dir = settings.reports_dir / "deployments" / name / time.strftime("%Y%m%d-%H%M%S")
     try:
         dep, identity, close = start_deployment(
-            config, name, log_dir, launcher_for=lambda tag: _launcher(settings, tag), say=say
+            settings, name, log_dir, pool_for=lambda tag, record: _pool(config, settings, tag, log_dir, record), say=say
         )
     except ServerError as exc:
         raise ServeError(f"deployment {name} did not start; nothing is left running:\n{exc}") from None

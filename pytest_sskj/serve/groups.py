@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import pytest
-
     from pytest_sskj.deploy.pool import RunningDeployment
     from pytest_sskj.deploy.topology import Group
     from pytest_sskj.serve.state import DeploymentState, RankState
@@ -43,22 +41,19 @@ def _router_launcher(settings: Settings, name: str) -> Launcher:
 
 
 def start_deployment(
-    config: pytest.Config,
+    settings: Settings,
     name: str,
     log_dir: Path,
     *,
-    launcher_for: Callable[[str], Launcher],
+    pool_for: Callable[[str, Callable[[Any, Sequence[Any]], object]], ServerPool],
     say: Callable[[str], None],
 ) -> tuple[RunningDeployment, dict[str, Any], Callable[[], object]]:
-    """Start the topology; return it, the nodes' identity by group, and a callable that stops it all."""
+    """Start the topology; return it, the nodes' identity by group, and a callable that stops it all.
+    ``pool_for(tag, record)``: serve's server pool of one group (``record`` gets its nodes' identities)."""
     from pytest_sskj.deploy.pool import DeploymentPool
-    from pytest_sskj.gpu.serving import server_prelaunch
-    from pytest_sskj.identity import build_facts, identity_prelaunch
-    from pytest_sskj.server.pool import ServerPool
+    from pytest_sskj.identity import build_facts
     from pytest_sskj.server.spec import spec_from_settings
-    from pytest_sskj.stash import SETTINGS_KEY
 
-    settings = config.stash[SETTINGS_KEY]
     topo = settings.deployment
     assert topo is not None
     identity: dict[str, Any] = {"groups": {}}
@@ -67,17 +62,7 @@ def start_deployment(
         def record(_spec: Any, ids: Sequence[Any]) -> None:
             identity["groups"][group.name] = {"nodes": [i.as_dict() for i in ids], **build_facts(ids)}
 
-        return ServerPool(
-            log_dir=log_dir / "logs",
-            launcher=launcher_for(f"{name}-{group.name}"),
-            health_timeout_s=settings.health_timeout_s,
-            model_cache_dir=settings.reports_dir / ".cache" / "models",
-            commands_for=lambda sp: config.hook.pytest_sskj_server_commands(config=config, spec=sp),
-            name_tag=f"{name}-{group.name}",
-            prelaunch=identity_prelaunch(
-                server_prelaunch(config), allow_mixed=settings.allow_mixed_builds, record=record
-            ),
-        )
+        return pool_for(f"{name}-{group.name}", record)
 
     from pytest_sskj.server.local import LocalLauncher
 
@@ -107,15 +92,10 @@ def deployment_state(
     name: str, settings: Settings, dep: RunningDeployment, identity: dict[str, Any], log_dir: Path,
     ranks: tuple[RankState, ...], common: dict[str, Any],
 ) -> DeploymentState:  # fmt: skip
-    from pytest_sskj.redact import redact_argv
-    from pytest_sskj.serve.state import DeploymentState
+    from pytest_sskj.serve.state import DeploymentState, recorded_spec
 
     topo = dep.topology
-    groups = {}
-    for gname, server in dep.groups.items():
-        spec = server.spec.as_dict()
-        spec["extra_args"] = redact_argv(server.spec.extra_args)
-        groups[gname] = {"spec": spec, "urls": list(server.urls)}
+    groups = {g: {"spec": recorded_spec(s.spec), "urls": list(s.urls)} for g, s in dep.groups.items()}
     return DeploymentState(
         name=name,
         engine=settings.engine,

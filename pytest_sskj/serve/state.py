@@ -13,9 +13,21 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SCHEMA", "DeploymentState", "RankState", "deployments_dir", "known_names", "read_state", "state_path"]
+if TYPE_CHECKING:
+    from pytest_sskj.spec import ServerSpec
+
+__all__ = [
+    "SCHEMA",
+    "DeploymentState",
+    "RankState",
+    "deployments_dir",
+    "known_names",
+    "read_state",
+    "recorded_spec",
+    "state_path",
+]
 
 SCHEMA = 1
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -29,6 +41,15 @@ def check_name(name: str) -> str:
             "starting with a letter or digit (it names a file under <reports dir>/deployments/)"
         )
     return name
+
+
+def recorded_spec(spec: ServerSpec) -> dict[str, Any]:
+    """A server spec as the state file records it: its extra arguments with every secret value redacted."""
+    from pytest_sskj.redact import redact_argv
+
+    out = spec.as_dict()
+    out["extra_args"] = redact_argv(spec.extra_args)
+    return out
 
 
 def deployments_dir(reports_dir: Path) -> Path:

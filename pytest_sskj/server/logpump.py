@@ -7,7 +7,8 @@ pump is this small process instead, in its own session::
 
     python -m pytest_sskj.server.logpump LOG SECRETS_FILE
 
-``SECRETS_FILE`` (mode 0600, in the log's private 0700 directory) holds the secret values as a JSON list; the
+``SECRETS_FILE`` (mode 0600, in the log's private 0700 directory:
+:func:`~pytest_sskj.server.secret_argv.write_private_json`) holds the secret values as a JSON list; the
 pump reads it and deletes it before the first line, so no secret is on any command line, in any environment
 or left on disk.  Standard input is the rank's output; the pump ends at its end of file (the rank's tree is
 gone: ``serve stop``), each line redacted, appended and flushed as it comes.
@@ -16,24 +17,12 @@ gone: ``serve stop``), each line redacted, appended and flushed as it comes.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
-__all__ = ["main", "write_secrets_file"]
-
-
-def write_secrets_file(secrets: Sequence[str], private_dir: Path) -> Path:
-    """The secrets as a 0600 JSON file in ``private_dir`` (0700) for one pump to read and delete."""
-    private_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(private_dir, 0o700)
-    fd, name = tempfile.mkstemp(prefix="pump-", suffix=".json", dir=private_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(list(secrets), f)
-    return Path(name)
+__all__ = ["main", "pump"]
 
 
 def _read_secrets(path: Path) -> tuple[str, ...]:
@@ -44,8 +33,9 @@ def _read_secrets(path: Path) -> tuple[str, ...]:
     return tuple(str(v) for v in values if v)
 
 
-def pump(source: BinaryIO, log_path: Path, secrets: Sequence[str]) -> None:
-    """Copy ``source`` (a binary stream) into ``log_path`` line by line, redacted, flushing every line."""
+def pump(source: IO[bytes], log_path: Path, secrets: Sequence[str]) -> None:
+    """Copy ``source`` (a binary stream) into ``log_path`` line by line, redacted, flushing every line (the
+    session's own pump thread, :class:`~pytest_sskj.server.process.ManagedProcess`, runs this too)."""
     from pytest_sskj.redact import redact_text
 
     readline = source.readline

@@ -205,9 +205,9 @@ class ManagedProcess:
         """Start the detached pump on a new pipe; return the pipe's write end for the child's output."""
         import sys
 
-        from pytest_sskj.server.logpump import write_secrets_file
+        from pytest_sskj.server.secret_argv import write_private_json
 
-        secrets_file = write_secrets_file(self.secrets, log_path.parent / ".private")
+        secrets_file = write_private_json(log_path.parent / ".private", "pump-", list(self.secrets))
         r, w = os.pipe()
         try:
             self.pump_process = subprocess.Popen(
@@ -224,14 +224,10 @@ class ManagedProcess:
 
     def _pump(self) -> None:
         """Copy the child's output line by line into the log, secret values redacted, flushing every line."""
-        from pytest_sskj.redact import redact_text
+        from pytest_sskj.server.logpump import pump
 
         assert self.popen.stdout is not None
-        with self.log_path.open("ab") as log:
-            for raw in iter(self.popen.stdout.readline, b""):
-                line = raw.decode("utf-8", errors="replace")
-                log.write(redact_text(line, self.secrets).encode("utf-8"))
-                log.flush()
+        pump(self.popen.stdout, self.log_path, self.secrets)
         self.popen.stdout.close()
 
     # -- observation ---------------------------------------------------------------------------------

@@ -110,10 +110,19 @@ def hide_secret_args(argv: Sequence[str], private_dir: Path) -> HiddenLaunch:
             out, env = _to_env(argv)
             return HiddenLaunch(tuple(out), tuple(env), None)
         (interpreter, path), rest = script, argv[1:]
+    name = write_private_json(
+        private_dir, "argv-", {"argv": [module or path or argv[0], *rest], "module": module, "path": path}
+    )
+    shown = redact_argv([module or path or argv[0], *rest])
+    return HiddenLaunch((interpreter, "-c", BOOTSTRAP, str(name), *shown), (), name)
+
+
+def write_private_json(private_dir: Path, prefix: str, data: object) -> Path:
+    """``data`` as a new JSON file of mode 0600 in ``private_dir`` (made 0700): how a secret reaches another
+    process (a server's argv, the detached log pump's secrets) without a command line or an environment."""
     private_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(private_dir, 0o700)
-    fd, name = tempfile.mkstemp(prefix="argv-", suffix=".json", dir=private_dir)  # mode 0600
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"argv": [module or path or argv[0], *rest], "module": module, "path": path}, fh)
-    shown = redact_argv([module or path or argv[0], *rest])
-    return HiddenLaunch((interpreter, "-c", BOOTSTRAP, name, *shown), (), Path(name))
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=".json", dir=private_dir)  # mode 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    return Path(name)

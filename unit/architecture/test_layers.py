@@ -211,9 +211,6 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 # -- declared seams: no getattr on our own objects -----------------------------------------------------------
-OWN = ("",)
-"""The whole package: every file (h4-contracts started with the contracts' files; the rest joined them)."""
-
 FOREIGN_GETATTR: dict[str, str] = {
     "server/launcher.py": "the class a LAUNCHERS row names, on an imported module",
     "server/fixtures.py": "pytest's config.workerinput (xdist) and request.param (parametrized only)",
@@ -244,15 +241,12 @@ FOREIGN_GETATTR: dict[str, str] = {
     "settings.py": "pytest's config.invocation_params (a stand-in config in tests has none)",
     "validate.py": "pytest's config._inicfg / option.override_ini (the ini keys given; private)",
 }
-"""Files of OWN that still call getattr, and why it is not on our own object's declared interface."""
+"""Files of the package that still call getattr, and why it is not on our own object's declared interface."""
 
 
 def _own_files() -> list[Path]:
-    out: list[Path] = []
-    for name in OWN:
-        p = PKG / name if name else PKG
-        out += sorted(p.rglob("*.py")) if p.is_dir() else [p]
-    return out
+    """Every file of the package (h4-contracts started with the contracts' files; the rest joined them)."""
+    return sorted(PKG.rglob("*.py"))
 
 
 def _getattr_calls(path: Path) -> int:
