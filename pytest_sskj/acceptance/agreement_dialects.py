@@ -221,12 +221,14 @@ def run_probe(
     """Send every probe prompt to ``url`` (``concurrency`` in flight) and collect the exact token ids."""
     import httpx
 
+    from pytest_sskj.httpopts import client_options
+
     d = dialect(dialect_name)
     base = url.rstrip("/")
     tokens: list[list[int] | None] = [None] * len(probes.prompts)
     errors: list[str | None] = [None] * len(probes.prompts)
     t0 = time.perf_counter()
-    with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+    with httpx.Client(timeout=timeout_s, **client_options(base)) as client:
         if dialect_name == "openai-token-ids" and not model:
             model = _served_model(client, base)
 

@@ -353,11 +353,13 @@ def http_get(url: str, path: str, timeout_s: float, **params: str) -> Any:
 
     import httpx
 
+    from pytest_sskj.httpopts import client_options
+
     deadline = time.perf_counter() + timeout_s
     body = bytearray()
     try:
         with httpx.stream(
-            "GET", url.rstrip("/") + path, params=params or None, timeout=timeout_s, trust_env=False
+            "GET", url.rstrip("/") + path, params=params or None, timeout=timeout_s, **client_options(url)
         ) as r:
             if r.status_code != 200:
                 return None

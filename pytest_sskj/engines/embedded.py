@@ -194,8 +194,10 @@ class EmbeddedEngine(Engine):
         """llama.cpp's ``/props`` (slot count, ``n_batch``), or ``None`` when it does not answer."""
         import httpx
 
+        from pytest_sskj.httpopts import client_options
+
         try:
-            r = httpx.get(url.rstrip("/") + "/props", timeout=10.0, trust_env=False)
+            r = httpx.get(url.rstrip("/") + "/props", timeout=10.0, **client_options(url))
             props = r.json() if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None
@@ -204,9 +206,11 @@ class EmbeddedEngine(Engine):
     def live_config_problems(self, spec: ServerSpec, url: str) -> list[str]:
         import httpx
 
+        from pytest_sskj.httpopts import client_options
+
         base = url.rstrip("/")
         try:
-            r = httpx.get(base + "/props", timeout=10.0, trust_env=False)
+            r = httpx.get(base + "/props", timeout=10.0, **client_options(base))
             props = r.json() if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as exc:
             return [f"{base}/props did not answer after the point ({type(exc).__name__}: {exc})"]

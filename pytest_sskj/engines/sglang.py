@@ -233,10 +233,12 @@ def fetch_server_info(url: str, timeout_s: float = 10.0) -> dict[str, Any] | Non
     """
     import httpx
 
+    from pytest_sskj.httpopts import client_options
+
     base = url.rstrip("/")
     for path in SERVER_INFO_PATHS:
         try:
-            r = httpx.get(base + path, timeout=timeout_s, trust_env=False)
+            r = httpx.get(base + path, timeout=timeout_s, **client_options(base))
         except httpx.HTTPError:
             return None
         if r.status_code != 200:

@@ -271,11 +271,14 @@ def read_live_config(url: str, timeout_s: float = 10.0) -> dict[str, Any] | None
     """
     import httpx
 
+    from pytest_sskj.httpopts import client_options
+
     base = url.rstrip("/")
+    opts = client_options(base)
     out: dict[str, Any] = {}
     sources: list[str] = []
     try:
-        r = httpx.get(base + "/server_info", params={"config_format": "json"}, timeout=timeout_s, trust_env=False)
+        r = httpx.get(base + "/server_info", params={"config_format": "json"}, timeout=timeout_s, **opts)
         info = r.json() if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         info = None
@@ -283,7 +286,7 @@ def read_live_config(url: str, timeout_s: float = 10.0) -> dict[str, Any] | None
         out.update(flat)
         sources.append("/server_info")
     try:
-        m = httpx.get(base + "/metrics", timeout=timeout_s, trust_env=False)
+        m = httpx.get(base + "/metrics", timeout=timeout_s, **opts)
         gauge = metrics_cache_config(m.text) if m.status_code == 200 else {}
     except httpx.HTTPError:
         gauge = {}

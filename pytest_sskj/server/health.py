@@ -59,11 +59,10 @@ def probe(url: str, path: str, timeout_s: float = 5.0) -> tuple[int | None, str]
     """``(status, detail)`` of one GET ``url + path``; status ``None`` when nothing answered."""
     import httpx
 
-    # a plain-http probe needs no certificate store: building httpx's default SSL context for every probe
-    # (tens of ms of CPU each, several probes a second while a server loads) competed with the loading server
-    verify = not url.startswith("http://")
-    try:
-        r = httpx.get(url.rstrip("/") + path, timeout=timeout_s, trust_env=False, verify=verify)
+    from pytest_sskj.httpopts import client_options
+
+    try:  # (several probes a second while a server loads: no certificate store built for plain http)
+        r = httpx.get(url.rstrip("/") + path, timeout=timeout_s, **client_options(url))
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}"
     return r.status_code, r.text[:200]

@@ -138,7 +138,9 @@ class _Scraper(threading.Thread):
 
         try:
             if self._client is None:
-                self._client = httpx.Client(timeout=self.budget_s)
+                from pytest_sskj.httpopts import client_options
+
+                self._client = httpx.Client(timeout=self.budget_s, **client_options(self.url))
             deadline = time.monotonic() + self.budget_s
             with self._client.stream("GET", self.url) as r:
                 body = bytearray()

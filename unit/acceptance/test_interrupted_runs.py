@@ -36,6 +36,9 @@ def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # the signal goes to pytest alone, as in the issue
+        # a user's Ctrl-C reaches an interactive pytest; a background job of a script (CI's phases) starts with
+        # SIGINT ignored, which pytest (and the plugin, on purpose) would keep: the run would finish, unasked
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
     )
 
 

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "stash",
                 "hookspecs",
                 "schema",
+                "httpopts",
             }
         ),
     ),
@@ -273,6 +274,37 @@ def test_no_getattr_on_our_own_objects_in_the_contracts_files() -> None:
     assert not unexplained, (
         f"getattr/hasattr in {unexplained}: declare the member on the seam's Protocol instead "
         "(or, for a foreign object, say why in FOREIGN_GETATTR)"
+    )
+
+
+HTTPX_BUILDERS = frozenset({"get", "post", "stream", "request", "Client", "AsyncClient"})
+OWN_TRANSPORTS = {"bench/client.py": "the benchmark client builds its own transports (LeanTransport, httpx's pool)"}
+
+
+def _httpx_calls_without_options(path: Path) -> list[int]:
+    """Lines of ``httpx.<builder>(...)`` calls that do not pass ``**client_options(...)``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bad = []
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in HTTPX_BUILDERS):
+            continue
+        if not (isinstance(n.func.value, ast.Name) and n.func.value.id == "httpx"):
+            continue
+        spread = [k.value for k in n.keywords if k.arg is None]
+        if not any(isinstance(v, ast.Call) and getattr(v.func, "id", "") == "client_options" for v in spread):
+            if not any(isinstance(v, ast.Name) for v in spread):  # ``opts = client_options(base)`` then ``**opts``
+                bad.append(n.lineno)
+    return bad
+
+
+def test_every_short_lived_http_client_is_built_with_the_declared_options() -> None:
+    """httpopts.client_options: no proxy from the environment, no certificate store for plain http (15-35 ms of
+    CPU per client here, paid per health probe and config read beside the measured server)."""
+    found = {str(p.relative_to(PKG)): lines for p in _own_files() if (lines := _httpx_calls_without_options(p))}
+    unexplained = {k: v for k, v in found.items() if k not in OWN_TRANSPORTS}
+    assert not unexplained, f"httpx calls without **client_options(url) (pytest_sskj/httpopts.py): {unexplained}"
+    assert set(OWN_TRANSPORTS) <= set(found), (
+        f"OWN_TRANSPORTS rows without such calls: {set(OWN_TRANSPORTS) - set(found)}"
     )
 
 
