@@ -6,7 +6,8 @@ subprocess, from the repository root) and is judged from what it wrote: exit sta
 
 The hosts are ``SSKJ_NETNS_FIRST`` .. +7 (``/tmp/sskj-twin-hosts-<FIRST>``), renamed 601-608 in a derived
 ssh_config so the users' ``--nodes 601-604`` is used unchanged; they overlap the SSH launcher tests' numbers,
-so this module runs in its own CI phase (``.ci/twin_job.sh``), never beside them.  ``SSKJ_REQUIRE_TWIN=1``
+so this module runs in its own CI phase (``.ci/twin_job.sh``; two xdist workers, each its own hosts), never beside
+them.  ``SSKJ_REQUIRE_TWIN=1``
 (set there) turns every missing prerequisite into a failure.
 """
 
@@ -38,6 +39,12 @@ HOSTS_DIR = Path(f"/tmp/sskj-twin-hosts-{FIRST}")
 HOSTS = tuple(str(FIRST + k) for k in range(8))
 USER_NODES = tuple(str(601 + k) for k in range(8))
 REQUIRED = os.environ.get("SSKJ_REQUIRE_TWIN", "") == "1"
+
+# .ci/twin_job.sh runs this module on two xdist workers (``--dist loadgroup``), each with its own eight hosts
+# (unit/conftest.py gives worker N its own SSKJ_NETNS_FIRST): the users' 36-point A/B with the short jobs beside
+# it (measured 352 + 62 s), the other four jobs on the other worker (480 s)
+GROUP_AB = pytest.mark.xdist_group("twin-ab")
+GROUP_REST = pytest.mark.xdist_group("twin-rest")
 
 pytestmark = [
     pytest.mark.slow,  # minutes of real ssh ranks, router and benchmark traffic
@@ -157,6 +164,7 @@ def _host_address(cfg: Path, alias: str) -> str:
     return m.group(1)
 
 
+@GROUP_AB
 def test_a_twin_ranks_own_output_reaches_its_log_copy_over_the_real_ssh_launcher(
     ssh_config: Path, tmp_path: Path
 ) -> None:
@@ -237,6 +245,7 @@ def _users_prefill(cfg: Path, *extra: str) -> list[str]:
     ]
 
 
+@GROUP_AB
 def test_the_users_prefill_ab_passes_and_its_summary_states_seed_000s_conclusions_computed(
     ssh_config: Path, tmp_path: Path
 ) -> None:
@@ -267,6 +276,7 @@ def test_the_users_prefill_ab_passes_and_its_summary_states_seed_000s_conclusion
     print(f"users' 36-point job: {wall:.1f} s wall")
 
 
+@GROUP_REST
 def test_served_a_model_where_the_candidate_is_worse_the_same_job_fails_with_worse(
     ssh_config: Path, tmp_path: Path
 ) -> None:
@@ -284,6 +294,7 @@ def test_served_a_model_where_the_candidate_is_worse_the_same_job_fails_with_wor
     assert "recommendation: EP4 + marlin + chunk 8192 (flashinfer_mxfp4 worse on every shape)" in summary
 
 
+@GROUP_REST
 def test_with_equal_backends_nothing_says_better(ssh_config: Path, tmp_path: Path) -> None:
     rc, _out, _, run = _job(
         tmp_path, "equal", *_users_prefill(ssh_config, "--chunk", "8K", "--sskj-twin-model", "kimi3-pro6000-equal")
@@ -296,6 +307,7 @@ def test_with_equal_backends_nothing_says_better(ssh_config: Path, tmp_path: Pat
     assert rc == 1, "the users' job demands better: equal backends fail it"
 
 
+@GROUP_REST
 def test_the_pd_job_runs_seed_004s_four_points_over_the_real_router(ssh_config: Path, tmp_path: Path) -> None:
     router = _router_python()
     rc, out, wall, run = _job(
@@ -347,6 +359,7 @@ def _serve(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, env=env, check=False)
 
 
+@GROUP_AB
 def test_serve_start_leaves_the_pd_deployment_running_and_a_run_naming_it_benchmarks_it_through_the_router(
     ssh_config: Path, tmp_path: Path
 ) -> None:
@@ -386,6 +399,7 @@ def test_serve_start_leaves_the_pd_deployment_running_and_a_run_naming_it_benchm
     print(f"PD deployment run: {wall:.1f} s wall")
 
 
+@GROUP_AB
 def test_a_pd_rank_that_logs_a_traceback_and_oom_fails_the_pd_jobs_log_verdict_naming_node_and_file(
     ssh_config: Path, tmp_path: Path
 ) -> None:
@@ -432,6 +446,7 @@ def test_a_pd_rank_that_logs_a_traceback_and_oom_fails_the_pd_jobs_log_verdict_n
     assert _foreign_pids() == {}, "routers and ranks are gone"
 
 
+@GROUP_REST
 def test_the_dsv4_layout_job_recommends_the_models_winner_per_shape(ssh_config: Path, tmp_path: Path) -> None:
     rc, out, wall, run = _job(
         tmp_path, "dsv4", "--profile", "twin/dsv4-sglang-matrix", "--sskj-ssh-config", str(ssh_config)
