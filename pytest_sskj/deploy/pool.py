@@ -245,7 +245,12 @@ class DeploymentPool:
         if port != r.port:
             from dataclasses import replace
 
-            topo = replace(topo, router=replace(r, port=port))
+            # a router whose port we chose gets a free Prometheus port too: sglang-router binds 29000 by default,
+            # and a second router on the host (another deployment, a parallel run) then panics at start
+            # ("failed to install Prometheus metrics exporter: ... Address already in use")
+            given = any(a.split("=")[0] == "--prometheus-port" for a in r.server_args)
+            extra = r.server_args if given else (*r.server_args, "--prometheus-port", str(free_port()))
+            topo = replace(topo, router=replace(r, port=port, server_args=tuple(extra)))
         cmd = router_command(self.settings, topo, {n: s.urls for n, s in groups.items()})
         log = self.log_dir / cmd.node / f"router-{int(time.time())}.log"
         self.router = self.router_launcher.start(cmd, log)

@@ -3,12 +3,15 @@ acceptance flow runs through it end to end; a deployment whose group dies is a c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,12 +65,24 @@ policy = "round_robin"
 """
 
 
-def test_acceptance_flow_runs_through_the_real_router_in_front_of_two_groups(pytester: pytest.Pytester) -> None:
-    router_py = _router_python()
-    prof = pytester.path / "routed.toml"
-    prof.write_text(PROFILE)
-    reports = pytester.path / "reports"
-    res = pytester.runpytest_subprocess(
+@contextlib.contextmanager
+def _default_prometheus_port_taken() -> Iterator[None]:
+    """Another router on this host holds sglang-router's default Prometheus port (29000): the deployment's router
+    must get its own (it panicked at start with 'Address already in use' when two ran side by side)."""
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", 29000))  # (what a router on this host binds)
+        s.listen()
+    except OSError:
+        pass  # already taken (another router): the same condition
+    try:
+        yield
+    finally:
+        s.close()
+
+
+def _routed_run(pytester: pytest.Pytester, router_py: str, prof: Path, reports: Path) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
         str(ACCEPTANCE / "test_serving.py"),
         "--profile",
         str(prof),
@@ -87,6 +102,15 @@ def test_acceptance_flow_runs_through_the_real_router_in_front_of_two_groups(pyt
         "--sskj-allow-client-bound",
         timeout=300,
     )
+
+
+def test_acceptance_flow_runs_through_the_real_router_in_front_of_two_groups(pytester: pytest.Pytester) -> None:
+    router_py = _router_python()
+    prof = pytester.path / "routed.toml"
+    prof.write_text(PROFILE)
+    reports = pytester.path / "reports"
+    with _default_prometheus_port_taken():
+        res = _routed_run(pytester, router_py, prof, reports)
     out = res.stdout.str()
     assert res.ret == 0, out[-4000:]
     run = reports / "routed"

@@ -47,10 +47,11 @@ def _acceptance(pytester: pytest.Pytester, run_id: str, *args: str) -> pytest.Ru
         "none",
         "--sskj-allow-client-bound",  # a loaded shared machine: the gate itself calls those repeats inconclusive
         # the baseline's own repeat spread measures noise within one run; between two runs on this shared 2-core
-        # box the same server drifted by up to 13 % input TPS and 37 % TTFT P95 (CI, A/A), so the margin covers that
-        # drift; the planted slowdown (~88 % lower input TPS) still clears it by far
+        # box the same server drifted by up to 13 % input TPS and 37 % TTFT P95 (CI, A/A), and 64 % TTFT P95 with the
+        # twin phase's two workers beside the slow phase (all 3 repeats of the second run above the first's), so
+        # the margin covers that drift; the planted slowdown (~88 % lower input TPS) still clears it by far
         "--sskj-regression-margin",
-        "40",
+        "80",
         *args,
         timeout=400,
     )

@@ -58,15 +58,31 @@ def _tool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(TOOL), *args], capture_output=True, text=True, timeout=180, env=env)
 
 
-def _foreign_pids() -> dict[str, set[int]]:
-    out = {}
-    for h in HOSTS:
-        pids = subprocess.run(["ip", "netns", "pids", f"sskjnode{h}"], capture_output=True, text=True).stdout.split()
-        sshd = int((HOSTS_DIR / "hosts" / h / "sshd.pid").read_text().strip())
-        left = {int(p) for p in pids} - {sshd}
-        if left:
-            out[h] = left
-    return out
+def _foreign_pids(settle_s: float = 5.0) -> dict[str, dict[int, str]]:
+    """Processes other than the sshd listener on every host, with their command lines; ``{}`` when none.
+
+    Waits up to ``settle_s`` for them to go: after the launcher closes its connections, sshd's own per-session
+    process exits a moment later (seen once on a loaded box: ``sshd: root@notty`` still there); a rank tree left
+    behind is still there after it and fails the caller's assertion, named."""
+    deadline = time.perf_counter() + settle_s
+    while True:
+        out: dict[str, dict[int, str]] = {}
+        for h in HOSTS:
+            ns = subprocess.run(["ip", "netns", "pids", f"sskjnode{h}"], capture_output=True, text=True)
+            sshd = int((HOSTS_DIR / "hosts" / h / "sshd.pid").read_text().strip())
+            left = {int(p) for p in ns.stdout.split()} - {sshd}
+            if left:
+                out[h] = {pid: _cmdline(pid) for pid in sorted(left)}
+        if not out or time.perf_counter() > deadline:
+            return out
+        time.sleep(0.2)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "(gone)"
 
 
 @pytest.fixture(scope="module")
