@@ -213,7 +213,6 @@ class ServerPool:
         self._addresses: dict[str, str] = {}
         self._pending: dict[ServerSpec, Future[RunningServer]] = {}
         """Servers :meth:`prepare` is starting in the background (one at a time), by spec."""
-
         self._executor: ThreadPoolExecutor | None = None
 
     # -- launcher ------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ subprocess, from the repository root) and is judged from what it wrote: exit sta
 
 The hosts are ``SSKJ_NETNS_FIRST`` .. +7 (``/tmp/sskj-twin-hosts-<FIRST>``), renamed 601-608 in a derived
 ssh_config so the users' ``--nodes 601-604`` is used unchanged; they overlap the SSH launcher tests' numbers,
-so this module runs in its own CI phase (``.ci/twin_job.sh``; two xdist workers, each its own hosts), never beside
+so this module runs in its own CI phase (``.ci/twin_job.sh``; with ``-n 2`` each worker has its own hosts), never beside
 them.  ``SSKJ_REQUIRE_TWIN=1``
 (set there) turns every missing prerequisite into a failure.
 """
@@ -40,9 +40,9 @@ HOSTS = tuple(str(FIRST + k) for k in range(8))
 USER_NODES = tuple(str(601 + k) for k in range(8))
 REQUIRED = os.environ.get("SSKJ_REQUIRE_TWIN", "") == "1"
 
-# .ci/twin_job.sh runs this module on two xdist workers (``--dist loadgroup``), each with its own eight hosts
-# (unit/conftest.py gives worker N its own SSKJ_NETNS_FIRST): the users' 36-point A/B with the short jobs beside
-# it (measured 352 + 62 s), the other four jobs on the other worker (480 s)
+# ``pytest unit/twin/ --run-slow -n 2 --dist loadgroup`` runs this module on two xdist workers, each with its own
+# eight hosts (unit/conftest.py gives worker N its own SSKJ_NETNS_FIRST): the users' 36-point A/B with the short
+# jobs (measured 352 + 62 s) on one, the other four jobs (480 s) on the other (.ci/twin_job.sh stays serial)
 GROUP_AB = pytest.mark.xdist_group("twin-ab")
 GROUP_REST = pytest.mark.xdist_group("twin-rest")
 
