@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from unit.source_trees import parsed
+
 PKG = Path(__file__).resolve().parents[2] / "pytest_sskj"
 
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -72,7 +74,7 @@ def _unit(module: str) -> str:
 
 
 def _imports(path: Path) -> Iterator[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     types_only = {
         id(n)
         for node in ast.walk(tree)
@@ -251,7 +253,7 @@ def _own_files() -> list[Path]:
 
 
 def _getattr_calls(path: Path) -> int:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     return sum(
         1
         for n in ast.walk(tree)
@@ -283,7 +285,7 @@ OWN_TRANSPORTS = {"bench/client.py": "the benchmark client builds its own transp
 
 def _httpx_calls_without_options(path: Path) -> list[int]:
     """Lines of ``httpx.<builder>(...)`` calls that do not pass ``**client_options(...)``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     bad = []
     for n in ast.walk(tree):
         if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in HTTPX_BUILDERS):
@@ -334,7 +336,7 @@ def mccabe(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def _functions(path: Path) -> Iterator[tuple[str, int]]:
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield f"{path.relative_to(PKG)}:{node.lineno} {node.name}", mccabe(node)
 

@@ -14,6 +14,7 @@ from pytest_sskj.engines.base import CATEGORIES, SEVERITIES, Engine
 from pytest_sskj.engines.embedded import VARIANTS
 from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.subsystems import build_registry
+from unit.source_trees import parsed
 
 PKG = Path(__file__).resolve().parents[2] / "pytest_sskj"
 ENGINE_NAME_LITERAL = re.compile(r'"(sglang|vllm|embedded)"')
@@ -40,7 +41,7 @@ def test_engine_names_are_quoted_only_under_the_engines_package() -> None:
 
 
 def _runtime_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     skip = {
         id(n)
         for branch in ast.walk(tree)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from unit.source_trees import parsed
+
 PKG = Path(__file__).resolve().parents[2] / "pytest_sskj"
 SUBSYSTEMS = ("acceptance", "deploy", "engines", "profile", "report", "slo", "validate", "server", "history", "bench")
 FOUNDATION = (
@@ -27,7 +29,7 @@ FOUNDATION = (
 
 def _runtime_imports(path: Path) -> list[str]:
     """Every ``pytest_sskj.*`` module imported at module level outside ``if TYPE_CHECKING:``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     out: list[str] = []
     for node in tree.body:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
