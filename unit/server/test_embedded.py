@@ -14,6 +14,7 @@ import httpx
 import psutil
 import pytest
 
+from pytest_sskj.httpopts import client_options
 from pytest_sskj.server.embedded import (
     VOCAB_SIZE,
     build_tiny_model,
@@ -45,7 +46,9 @@ def _stream(url: str, body: dict[str, object]) -> tuple[list[str], dict[str, obj
     texts: list[str] = []
     usage: dict[str, object] = {}
     finish = None
-    with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=30, trust_env=False) as r:
+    with httpx.stream(
+        "POST", url + "/v1/completions", json={**body, "stream": True}, timeout=30, **client_options(url)
+    ) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -74,7 +77,7 @@ def test_tiny_model_is_deterministic_and_cached(tmp_path: Path, tiny: Path) -> N
 
 
 def test_server_tokenizes_words_as_single_tokens(server: str) -> None:
-    r = httpx.post(server + "/tokenize", json={"content": "the world is over"}, trust_env=False)
+    r = httpx.post(server + "/tokenize", json={"content": "the world is over"}, **client_options(server))
     assert len(r.json()["tokens"]) == 4, f"each word must be one token, got {r.json()}"
 
 
@@ -103,7 +106,7 @@ def test_start_stop_leaves_no_process_and_reports_slots(tiny: Path, tmp_path: Pa
     t0 = time.perf_counter()
     with embedded_server(tiny, slots=1, batch=256, log_path=log) as url:
         startup = time.perf_counter() - t0
-        props = httpx.get(url + "/props", trust_env=False).json()
+        props = httpx.get(url + "/props", **client_options(url)).json()
         assert props.get("total_slots") == 1, f"serial backend must have 1 slot: {props.get('total_slots')}"
         pid = int(log.read_text().split("pid ")[1].split(")")[0])
         assert psutil.pid_exists(pid)
@@ -143,17 +146,17 @@ def test_backends_differ_in_concurrent_processing(tiny: Path, tmp_path: Path, sl
         body = {"prompt": [300, 301], "max_tokens": 400, "ignore_eos": True}
         with concurrent_futures.ThreadPoolExecutor(4) as ex:
             futs = [
-                ex.submit(httpx.post, url + "/v1/completions", json=body, timeout=120, trust_env=False)
+                ex.submit(httpx.post, url + "/v1/completions", json=body, timeout=120, **client_options(url))
                 for _ in range(4)
             ]
             processing = deferred = 0.0
             while not all(f.done() for f in futs):
-                text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+                text = httpx.get(url + "/metrics", timeout=30, **client_options(url)).text
                 processing = max(processing, _metric(text, "requests_processing"))
                 deferred = max(deferred, _metric(text, "requests_deferred"))
                 time.sleep(0.02)
             assert all(f.result().status_code == 200 for f in futs)
-        final = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+        final = httpx.get(url + "/metrics", timeout=30, **client_options(url)).text
     predicted, per_decode = _metric(final, "tokens_predicted_total"), _metric(final, "n_busy_slots_per_decode")
     print(f"slots={slots}: peak processing {processing}, peak deferred {deferred}, busy slots/decode {per_decode}")
     assert predicted == 4 * 400, f"expected 4 x 400 tokens predicted; the server counted {predicted}"

@@ -104,3 +104,59 @@ def test_address_is_read_from_the_log(tmp_path: Path) -> None:
     log.write_text("noise\nsskj-embedded: listening on http://127.0.0.1:41234 (slots 8)\n")
     assert address_from_log(log) == "http://127.0.0.1:41234"
     assert address_from_log(tmp_path / "none.log") is None
+
+
+class _Clock:
+    """A fake ``time``: ``sleep`` advances ``perf_counter`` and records the interval."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+class _NoHandle:
+    """A rank that is running (``poll`` is ``None``) and logs nothing."""
+
+    node, rank, log_path = "local", 0, Path("/nonexistent/log")
+
+    def poll(self) -> int | None:
+        return None
+
+
+def _schedule(monkeypatch: pytest.MonkeyPatch, healthy_after_s: float) -> tuple[_Clock, list[float]]:
+    from pytest_sskj.server import health
+
+    clock = _Clock()
+    probed: list[float] = []
+
+    def probe(url: str, path: str, timeout_s: float = 5.0) -> tuple[int | None, str]:
+        probed.append(clock.now - 100.0)
+        return (200, "ok") if clock.now - 100.0 >= healthy_after_s else (None, "ConnectError: refused")
+
+    monkeypatch.setattr(health, "probe", probe)
+    monkeypatch.setattr("pytest_sskj.server.health.time", clock)  # only the health module's clock
+    wait_healthy("embedded", [_NoHandle()], ["http://127.0.0.1:1"], timeout_s=30.0)  # type: ignore[list-item]
+    return clock, probed
+
+
+def test_a_quick_start_is_seen_within_one_short_poll_of_becoming_healthy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded engine is healthy 100-150 ms after its spawn: the poll must see it within one ``poll_s``
+    (20 ms), not at the next step of a growing interval (it was 50-100 ms late at every start of a run)."""
+    _clock, probed = _schedule(monkeypatch, healthy_after_s=0.13)
+    late = probed[-1] - 0.13
+    assert 0.0 <= late <= 0.02 + 1e-9, f"healthy at 130 ms, seen at {probed[-1] * 1000:.0f} ms ({late * 1000:.0f} late)"
+
+
+def test_a_slow_start_is_polled_less_and_less_often_after_the_first_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, probed = _schedule(monkeypatch, healthy_after_s=20.0)
+    fast = [s for s, t in zip(clock.sleeps, probed, strict=False) if t < 1.0]
+    assert set(fast) == {0.02}, f"the first second is polled every 20 ms, saw intervals {sorted(set(fast))}"
+    assert max(clock.sleeps) == 0.25, f"the interval grows to 0.25 s, saw at most {max(clock.sleeps)}"
+    assert len(probed) < 50 + 19 / 0.25 + 10, f"{len(probed)} probes for a 20 s start: the interval did not grow"
