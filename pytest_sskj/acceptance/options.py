@@ -69,7 +69,7 @@ MATRIX: tuple[Option, ...] = (
         "warmup",
         ("--sskj-warmup",),
         "int0",
-        "Warmup requests before each point, not measured (default 1)",
+        "Warmup requests before each server run's first measured phase, not measured (default 1)",
         default=1,
         lo=0,
         hi=10_000,

@@ -25,6 +25,7 @@ import pytest
 from pytest_sskj.acceptance import matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
+from pytest_sskj.acceptance.warmup import Warmups
 from pytest_sskj.acceptance.watch import raise_client_priority, run_watched
 from pytest_sskj.bench.result import BenchFn, BenchOutcome
 from pytest_sskj.engines import cache_resets, get_engine
@@ -146,6 +147,7 @@ class PointRunner:
         self.progress = progress
         self.outcomes: dict[str, PointOutcome] = {}
         self.broken: dict[str, BrokenSpec] = {}
+        self.warmups = Warmups()
         self._client_priority = ""
         self._cpus: dict[str, Any] = {}
 
@@ -372,7 +374,7 @@ class PointRunner:
             return
         if self.settings.resume and self.store.finished(then.id) is not None:
             return
-        pool.prepare(nxt)
+        pool.prepare(nxt, then=self.warmups.hook(then.id, self.workload(then), then.repeat, self.timeouts(then)))
 
     def _crashed(
         self, pool: ServingPool, spec: ServerSpec, point: Point, outcome: PointOutcome, crash: tuple[str, str]
@@ -520,6 +522,7 @@ class PointRunner:
         workload = self.workload(point)  # imported here, not in the thread
         timeouts = self.timeouts(point)
         s = self.settings
+        warmed = self.warmups.done(point.id, server)  # sent early to its prepared server, or a warm server
 
         def run() -> BenchOutcome:
             return bench(
@@ -531,12 +534,14 @@ class PointRunner:
                 progress=progress,
                 timeouts=timeouts,
                 cache_reset=cache_resets(s.engine),
+                warmed=warmed,
             )
 
         def crashed(exc: BaseException) -> str:
             return f"{cat.CRASH} server {spec.label} crashed during {point.id}: {_excerpt(str(exc))}"
 
-        with allure.step(f"bench: warmup {s.warmup}, {n_total} requests at C={point.concurrency}"):
+        sent = "" if warmed is None else f" (sent before: {len(warmed)})"
+        with allure.step(f"bench: warmup {s.warmup}{sent}, {n_total} requests at C={point.concurrency}"):
             watched = run_watched(
                 name=point.id,
                 server=server,
@@ -548,6 +553,8 @@ class PointRunner:
             )
         self._client_priority = watched.client_priority
         self._cpus = watched.cpus
+        if watched.crash is None:
+            self.warmups.benched(server)
         return watched.result, watched.crash
 
 

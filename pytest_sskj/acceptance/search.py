@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_sskj.slo import GateResult, SloGate, evaluate_gates
 
-__all__ = ["MODES", "SearchResult", "Step", "judge", "search", "slo_view"]
+__all__ = ["MODES", "SearchResult", "Step", "first_concurrency", "judge", "search", "slo_view"]
 
 MODES = ("double", "add16")
 
@@ -187,10 +187,15 @@ def search(
     return SearchResult(mode, best, tuple(steps), stop, floor)
 
 
+def first_concurrency(mode: str, max_c: int) -> int:
+    """The concurrency a fresh ``mode`` search measures first (its server can be started before it runs)."""
+    return 1 if mode == "double" else min(16, max_c)
+
+
 def _double(step: Callable[[int], Step], max_c: int, gain_pct: float) -> tuple[int | None, str]:
     """C = 1, 2, 4, ... until the SLO is missed, throughput gains less than ``gain_pct`` or ``max_c``."""
     best: int | None = None
-    c, prev_tp = 1, None
+    c, prev_tp = first_concurrency("double", max_c), None
     while c <= max_c:
         s = step(c)
         if s.client_bound:  # invalid: neither an answer nor a miss; measure the next concurrency
@@ -210,7 +215,7 @@ def _double(step: Callable[[int], Step], max_c: int, gain_pct: float) -> tuple[i
 def _add16(step: Callable[[int], Step], max_c: int, _gain_pct: float) -> tuple[int | None, str]:
     """C = 16, 32, ... until the first miss; with no success yet, step back by halving."""
     best: int | None = None
-    c = min(16, max_c)
+    c = first_concurrency("add16", max_c)
     while c <= max_c:
         s = step(c)
         if s.slo_ok or s.client_bound:

@@ -126,17 +126,42 @@ class Acceptance:
         return outcome
 
     def _next_point(self, item: pytest.Item | None) -> Point | None:
-        """The serving point of the test right after ``item`` (``None``: the next test is not one, or this
-        is an xdist worker, whose next test the scheduler decides)."""
+        """The point the next measuring test after ``item`` starts with, whose server the pool may start early
+        (``None``: none is known, or this is an xdist worker, whose next test the scheduler decides).
+
+        Tests whose points are measured already (SLO gates, comparisons, curves: they read the serving
+        points) are looked past, so the last serving point starts the first search's server; only where the
+        sequential design cannot add repeat pairs in between (``--sskj-max-repeats`` above ``--repeats``)."""
         if item is None or hasattr(self.config, "workerinput"):
             return None
         items = item.session.items
         at = next((i for i, it in enumerate(items) if it is item), None)
-        if at is None or at + 1 >= len(items):
+        if at is None:
             return None
-        callspec = getattr(items[at + 1], "callspec", None)
-        nxt = callspec.params.get("sskj_point") if callspec is not None else None
-        return nxt if isinstance(nxt, Point) else None
+        s = self.settings
+        may_extend = max(s.repeats, s.max_repeats or s.repeats) > s.repeats
+        for later in items[at + 1 :]:
+            callspec = getattr(later, "callspec", None)
+            params = callspec.params if callspec is not None else {}
+            nxt = params.get("sskj_point")
+            if isinstance(nxt, Point):
+                if nxt.id not in self.runner.outcomes:
+                    return nxt
+            elif "sskj_search_config" in params:
+                return self._first_search_point(params["sskj_search_config"])
+            if may_extend or s.resume:
+                return None
+        return None
+
+    def _first_search_point(self, config: object) -> Point | None:
+        """The first step of the search test parametrized with ``config`` (``(backend, chunk)``)."""
+        from pytest_sskj.acceptance.search import first_concurrency
+
+        s = self.settings
+        if s.search == "none" or s.resume or not isinstance(config, tuple) or len(config) != 2:
+            return None
+        backend, chunk = config
+        return Point(backend, chunk, first_concurrency(s.search, s.search_max), 0, 0, kind="search")
 
     def _attach_server(self, item: pytest.Item, point: Point) -> None:
         """Let the server fixtures' report hook attach log findings / tails of this test's window."""

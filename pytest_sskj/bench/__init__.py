@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pytest_sskj.bench.metrics import METRICS_VERSION, compute_metrics
     from pytest_sskj.bench.records import RequestRecord, load_records
     from pytest_sskj.bench.result import BenchResult, RepeatsResult
-    from pytest_sskj.bench.runner import arun_bench, run_bench, run_repeats
+    from pytest_sskj.bench.runner import arun_bench, arun_warmup, run_bench, run_repeats, run_warmup
     from pytest_sskj.bench.saturation import SaturationThresholds
     from pytest_sskj.bench.workload import Workload
 
@@ -33,10 +33,12 @@ __all__ = [
     "SaturationThresholds",
     "Workload",
     "arun_bench",
+    "arun_warmup",
     "compute_metrics",
     "load_records",
     "run_bench",
     "run_repeats",
+    "run_warmup",
 ]
 
 _WHERE = {
@@ -51,6 +53,8 @@ _WHERE = {
     "arun_bench": "runner",
     "run_bench": "runner",
     "run_repeats": "runner",
+    "arun_warmup": "runner",
+    "run_warmup": "runner",
     "SaturationThresholds": "saturation",
     "Workload": "workload",
 }

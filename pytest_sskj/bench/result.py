@@ -78,7 +78,11 @@ class BenchFn(Protocol):
         progress: Callable[[int, int], None] | None = None,
         timeouts: BenchTimeouts | None = None,
         cache_reset: Sequence[CacheReset] | None = None,
-    ) -> BenchOutcome: ...
+        warmed: Sequence[RequestRecord] | None = None,
+    ) -> BenchOutcome:
+        """``warmed``: the repeat's warmup already sent (``run_warmup``'s records, or ``[]`` on a server an
+        earlier measured phase warmed): the bench records it and sends none."""
+        ...
 
 
 @dataclass

@@ -36,7 +36,7 @@ from pytest_sskj.rundir import atomic_write_text
 if TYPE_CHECKING:
     from pytest_sskj.engines.base import CacheReset
 
-__all__ = ["REQUESTS_FILE", "arun_bench", "run_bench", "run_repeats"]
+__all__ = ["REQUESTS_FILE", "arun_bench", "arun_warmup", "run_bench", "run_repeats", "run_warmup"]
 
 REQUESTS_FILE = "requests.jsonl"
 _T = TypeVar("_T")
@@ -77,6 +77,16 @@ async def _bounded(coro: Coroutine[Any, Any, _T], client: BenchClient, what: str
         return None
 
 
+class _Kept:
+    """Where :func:`arun_warmup` keeps its judged records (the bench that uses them writes them to its file)."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+
+    def write(self, rec: RequestRecord, **extra: Any) -> None:
+        self.records.append(rec)
+
+
 class _Point:
     """State of one repeat while it runs (kept off the module: one object per call)."""
 
@@ -87,7 +97,7 @@ class _Point:
         workload: Workload,
         urls: list[str],
         repeat: int,
-        sink: RecordSink,
+        sink: RecordSink | _Kept,
         label: str,
         model: str | None,
     ) -> None:
@@ -236,6 +246,17 @@ class _Point:
         rec.set_error(why or f"aborted: the server hangs ({self.stalled})")
 
 
+async def _warmup(
+    point: _Point, warm: list[PlannedRequest], warmed: Sequence[RequestRecord] | None
+) -> list[RequestRecord]:
+    """The repeat's warmup records: sent now, or (``warmed``) sent before and only written to its file."""
+    if warmed is None:
+        return await point.run_phase(warm, monitor=None, progress=None) if warm else []
+    for rec in warmed:
+        point.sink.write(rec, label=point.label)
+    return list(warmed)
+
+
 async def arun_bench(
     urls: Urls,
     workload: Workload,
@@ -249,11 +270,17 @@ async def arun_bench(
     client: BenchClient | None = None,
     timeouts: BenchTimeouts | None = None,
     thresholds: SaturationThresholds | None = None,
+    warmed: Sequence[RequestRecord] | None = None,
 ) -> BenchResult:
     """Run repeat ``repeat`` of ``workload`` against ``urls``; see the module docstring.
 
     ``client``: an already opened :class:`BenchClient` to reuse (it is left open); by default one is
     created for this run, sized to ``workload.concurrency``, and closed at the end.
+
+    ``warmed``: this repeat's warmup already happened, so none is sent: the records :func:`arun_warmup`
+    returned for the same workload and repeat (written to ``requests.jsonl`` and counted as this run's
+    ``warmup``), or ``[]`` when the server was warmed by an earlier measured phase of its run.  The plan is
+    the same either way: the measured prompts keep their numbers and ids.
     """
     url_list = _normalize_urls(urls)
     endpoint = get_endpoint(workload.endpoint, token_ids=workload.token_ids)
@@ -280,7 +307,7 @@ async def arun_bench(
         point.stalled = hung[0] if hung else None  # a server that does not answer a control request hangs
         warm = [p for p in plan if p.warmup]
         measured = [p for p in plan if not p.warmup]
-        warm_records = await point.run_phase(warm, monitor=None, progress=None) if warm else []
+        warm_records = await _warmup(point, warm, warmed)
         monitor = SaturationMonitor(thresholds=thresholds)
         # Everything allocated so far (prompts, payloads, the client, the session's heap) is moved out of the
         # collector's reach, so a full collection during the measured phase only walks new objects: fewer long
@@ -372,6 +399,7 @@ def run_bench(
     cache_reset: Sequence[CacheReset] | None = None,
     timeouts: BenchTimeouts | None = None,
     thresholds: SaturationThresholds | None = None,
+    warmed: Sequence[RequestRecord] | None = None,
 ) -> BenchResult:
     """Synchronous :func:`arun_bench` (runs its own event loop; from async code await ``arun_bench``)."""
     try:
@@ -392,8 +420,50 @@ def run_bench(
             cache_reset=cache_reset,
             timeouts=timeouts,
             thresholds=thresholds,
+            warmed=warmed,
         )
     )
+
+
+async def arun_warmup(
+    urls: Urls,
+    workload: Workload,
+    *,
+    repeat: int = 0,
+    label: str = "",
+    timeouts: BenchTimeouts | None = None,
+) -> list[RequestRecord]:
+    """Send only the warmup requests of repeat ``repeat`` of ``workload`` (the very requests :func:`arun_bench`
+    would send first) and return their judged records, to pass to :func:`arun_bench` as ``warmed``.
+
+    The acceptance runner sends them to a server started early (``ServingPool.prepare``) while the previous
+    point's post-bench phases run, so the warmup no longer lies between two measured phases."""
+    url_list = _normalize_urls(urls)
+    endpoint = get_endpoint(workload.endpoint, token_ids=workload.token_ids)
+    warm = [p for p in plan_requests(workload, repeat) if p.warmup]
+    if not warm:
+        return []
+    async with BenchClient(workload.concurrency, timeouts=timeouts) as client:
+        hung: list[str] = []
+        model = workload.model
+        if model is None and endpoint.name != "generate":
+            model = await _bounded(_discover_model(client, url_list[0]), client, "GET /v1/models", hung)
+        kept = _Kept()
+        point = _Point(client, endpoint, workload, url_list, repeat, kept, label or workload.label, model)
+        point.stalled = hung[0] if hung else None
+        return await point.run_phase(warm, monitor=None, progress=None)
+
+
+def run_warmup(
+    urls: Urls,
+    workload: Workload,
+    *,
+    repeat: int = 0,
+    label: str = "",
+    timeouts: BenchTimeouts | None = None,
+) -> list[RequestRecord]:
+    """Synchronous :func:`arun_warmup` (runs its own event loop, on the calling thread)."""
+    return asyncio.run(arun_warmup(urls, workload, repeat=repeat, label=label, timeouts=timeouts))
 
 
 def run_repeats(

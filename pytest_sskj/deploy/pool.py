@@ -28,6 +28,7 @@ from pytest_sskj.server.launcher import Launcher, ProcessHandle
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.pool import CloseReport, RunningServer, ServerPool, free_port
 from pytest_sskj.server.process import describe_exit, tail_lines
+from pytest_sskj.server.serving import Serving
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.settings import Settings
 
@@ -265,7 +266,7 @@ class DeploymentPool:
     def stop(self, spec: ServerSpec) -> None:
         self._stop_all()
 
-    def prepare(self, spec: ServerSpec) -> None:
+    def prepare(self, spec: ServerSpec, then: Callable[[Serving], None] | None = None) -> None:
         """A deployment's groups hold every GPU of its nodes: nothing starts early (the seam's no-op)."""
 
     def _stop_all(self) -> None:

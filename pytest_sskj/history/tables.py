@@ -25,6 +25,7 @@ from sqlalchemy import JSON, Boolean, Column, Float, Integer, MetaData, String, 
 
 __all__ = [
     "SCHEMA_REVISION",
+    "VERSION_TABLE",
     "define_v1",
     "define_v2",
     "layout_columns",
@@ -37,6 +38,9 @@ __all__ = [
 
 SCHEMA_REVISION = "0002"
 """The Alembic head revision the code reads and writes."""
+
+VERSION_TABLE = "alembic_version"
+"""Alembic's table of the applied revision (its default name; the migrations keep it)."""
 
 
 def define_v1(md: MetaData) -> tuple[Table, Table, Table, Table]:

@@ -5,8 +5,9 @@ core), so the client's event loop runs late and its timestamps read the server's
 28).  :func:`plan_partition` splits the cores this process may use: the lowest one for the client, every other one
 for the server; with one core nothing is pinned and :attr:`CpuPartition.note` says so.  The client side is pinned
 with :func:`pin_this_process` (every thread of this process; threads started later inherit it) and undone with
-:func:`restore`; the server side by :func:`server_preexec` in the child before ``exec`` (its threads and children
-inherit it).  :data:`SERVER_BIND_ENV` tells engines that bind their own worker threads which cores are theirs.
+:func:`restore`; the server side by :func:`spawning_on` around its ``Popen`` (the child inherits the spawning
+thread's cores from its first instruction; its threads and children inherit them).  :data:`SERVER_BIND_ENV`
+tells engines that bind their own worker threads which cores are theirs.
 
 Priority: once the server cannot run on the client's core, its niceness no longer matters to the client; the
 client's own priority is raised where the kernel honours it (:func:`raise_autogroup_priority`): with
@@ -15,8 +16,9 @@ client's own priority is raised where the kernel honours it (:func:`raise_autogr
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,19 +33,22 @@ __all__ = [
     "measured_fields",
     "parse_cpus",
     "pin_this_process",
+    "pin_tree",
     "plan_partition",
     "raise_autogroup_priority",
     "restore",
     "restore_autogroup",
-    "server_preexec",
+    "spawning_on",
 ]
 
 MODES = ("auto", "off")
 """``--sskj-cpu-partition`` values: ``auto`` partitions a local launch where there are >= 2 cores; ``off`` never."""
 
-SERVER_BIND_ENV = ("VLLM_CPU_OMP_THREADS_BIND",)
+SERVER_BIND_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "SSKJ_SERVER_CPUS")
 """Environment variables set to the server's cores (unless the command sets them): vLLM's CPU worker binds its OMP
-threads itself, and its default ``auto`` would pick cores from the whole box rather than from its affinity alone."""
+threads itself, and its default ``auto`` would pick cores from the whole box rather than from its affinity alone;
+the embedded server sizes its compute threads by ``SSKJ_SERVER_CPUS`` (a server started early runs on more cores
+until :func:`pin_tree` moves it: its configuration must not depend on that)."""
 
 CLIENT_AUTOGROUP_NICE = -10
 """Nice value written to this process's autogroup (root / CAP_SYS_NICE) when the cores are partitioned."""
@@ -150,14 +155,49 @@ def restore(before: dict[int, tuple[int, ...]]) -> None:
             pass
 
 
-def server_preexec(cpus: Sequence[int]) -> Callable[[], None]:
-    """A ``preexec_fn`` that pins the child (before ``exec``; its threads and children inherit it)."""
-    cores = tuple(cpus)
+def pin_tree(pids: Sequence[int], cpus: Sequence[int], *, passes: int = 3) -> list[str]:
+    """Pin every thread of the processes ``pids`` to ``cpus``; the threads still off them after ``passes``
+    (a thread created while its creator was being moved inherits the old cores: the next pass moves it), as
+    ``pid/tid: cores`` (empty: every live thread is on ``cpus``)."""
+    want = tuple(sorted(set(cpus)))
+    off: list[str] = []
+    for _ in range(max(1, passes)):
+        off = []
+        for pid in pids:
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:  # the process ended meanwhile
+                continue
+            for tid in tids:
+                try:
+                    if allowed_cpus(tid) != want:
+                        os.sched_setaffinity(tid, want)
+                    if allowed_cpus(tid) != want:
+                        off.append(f"{pid}/{tid}: {format_cpus(allowed_cpus(tid))}")
+                except OSError:  # the thread ended meanwhile
+                    continue
+        if not off:
+            return []
+    return off
 
-    def pin() -> None:
-        os.sched_setaffinity(0, cores)
 
-    return pin
+@contextlib.contextmanager
+def spawning_on(cpus: Sequence[int]) -> Iterator[None]:
+    """Run the block (a ``Popen``) with the *calling thread* pinned to ``cpus``, then give its cores back.
+
+    A child inherits the affinity of the thread that forks it, so the process starts on ``cpus`` before its
+    first instruction (its threads and children inherit it), without a ``preexec_fn``: one forces a full
+    ``fork()`` of this process (~8 ms at 160 MB, the GIL held throughout) where ``Popen`` otherwise uses
+    ``vfork()`` (~0.2 ms).  Only this thread moves, for the block's duration; ``()`` pins nothing."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)  # pid 0: the calling thread
+    os.sched_setaffinity(0, tuple(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def raise_autogroup_priority(nice: int = CLIENT_AUTOGROUP_NICE) -> tuple[str, int | None]:

@@ -16,7 +16,9 @@ Three parts (embedded-engine.md §1b-§1d):
 * :func:`serve_argv` is that command line (the ``embedded`` engine's launch, :mod:`pytest_sskj.engines.embedded`);
   :func:`pytest_sskj.server.standalone.embedded_server` runs one outside the pool.
 
-This module imports nothing from pytest_sskj, so the engine module and the server layer can both use it.
+This module imports nothing from pytest_sskj at import time (``rundir`` only where a model is written), so the
+engine module and the server layer can both use it, and the server process starts on the standard library and
+xllamacpp alone (every server start of a run pays for its imports).
 """
 
 from __future__ import annotations
@@ -28,8 +30,6 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-from pytest_sskj.rundir import atomic_target
 
 __all__ = [
     "ADDRESS_PATTERN",
@@ -229,6 +229,8 @@ def ensure_tiny_model(cache_dir: Path, *, eos_bias: float = -1.0, model_format: 
     across xdist workers)."""
     from filelock import FileLock
 
+    from pytest_sskj.rundir import atomic_target
+
     cache_dir.mkdir(parents=True, exist_ok=True)
     tag = f"{eos_bias:+g}".replace("+", "p").replace("-", "m").replace(".", "_")
     fmt = "" if model_format == "f32" else f"-{model_format}"
@@ -328,6 +330,20 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _own_cores(fallback: int) -> int:
+    """How many cores are this server's: ``SSKJ_SERVER_CPUS`` (the launcher's partition; a prepared server
+    starts on more cores and is moved onto these), else this process's affinity, else ``fallback``."""
+    given = os.environ.get("SSKJ_SERVER_CPUS", "").strip()
+    if given:
+        from pytest_sskj.server.cpus import parse_cpus  # (xllamacpp imports what it needs anyway)
+
+        try:
+            return max(1, len(parse_cpus(given)))
+        except ValueError:
+            pass
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else fallback
+
+
 def _serve(a: argparse.Namespace) -> int:
     import signal
 
@@ -347,7 +363,7 @@ def _serve(a: argparse.Namespace) -> int:
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     # never more compute threads than the cores this process may run on (a CPU partition gives it fewer)
-    threads = max(1, min(a.threads, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else a.threads))
+    threads = max(1, min(a.threads, _own_cores(a.threads)))
     if a.nice:
         # before the server starts its threads: they inherit it.  In its own session (autogroup) this ranks the
         # server's threads only among themselves; the client is kept apart by the CPU partition instead

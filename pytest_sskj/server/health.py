@@ -91,7 +91,7 @@ def wait_healthy(
     *,
     timeout_s: float,
     oracle: LogOracle | None = None,
-    poll_s: float = 0.02,
+    poll_s: float = 0.01,
     max_poll_s: float = 0.25,
     fast_s: float = 1.0,
     probe_timeout_s: float = 5.0,
@@ -103,8 +103,9 @@ def wait_healthy(
     returns the URL once the server has printed it).  Raises :class:`ServerLaunchError` when a rank exits
     or a fatal log signature appears first, :class:`HealthTimeout` when ``timeout_s`` passes.
 
-    Polled every ``poll_s`` for the first ``fast_s`` (a cheap engine is healthy 100-150 ms after its spawn here:
-    a growing interval from the start found it 50-100 ms late, at every one of a run's server starts), then at
+    Polled every ``poll_s`` (10 ms) for the first ``fast_s`` (a cheap engine is healthy 100-150 ms after its spawn
+    here, and the next measured phase waits for it: a growing interval from the start found it 50-100 ms late, at
+    every one of a run's server starts; a poll reads the log, or sends one GET, ~0.2 ms), then at
     an interval growing by half up to ``max_poll_s``.  Until the server has printed its address nothing is
     sent: the poll only reads its log.
     """

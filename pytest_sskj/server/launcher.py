@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
@@ -34,6 +35,7 @@ __all__ = [
     "Launcher",
     "LauncherClass",
     "ProcessHandle",
+    "StartsEarly",
     "get_launcher",
     "launcher_class",
     "start_in_order",
@@ -103,6 +105,22 @@ class Launcher(Protocol):
 
     def close(self) -> None:
         """Release launcher resources (connections); processes are stopped through their handles."""
+        ...
+
+
+@runtime_checkable
+class StartsEarly(Protocol):
+    """An optional capability of a launcher that pins servers to their own cores (the local launcher's CPU
+    partition): a server started while nothing is measured (``ServingPool.prepare``) may use the client's
+    cores too, then is moved onto its own before anything measures it.  Its start then no longer queues on
+    the server core behind the previous server's last work (agreement probes, its stop)."""
+
+    def early(self) -> AbstractContextManager[None]:
+        """Starts made on this thread inside the block run on the client's and the server's cores."""
+        ...
+
+    def settle(self, handles: Sequence[ProcessHandle]) -> None:
+        """Every thread of these trees onto the server's cores; raises ``LauncherError`` if one stays off."""
         ...
 
 

@@ -10,21 +10,26 @@ prove that teardown left nothing behind.
 With a :class:`~pytest_sskj.server.cpus.CpuPartition` (``--sskj-cpu-partition auto``, the default of
 :meth:`LocalLauncher.from_settings`), the first ``start`` pins this process (the benchmark client) to the client's
 core, every started tree to the server's cores (``VLLM_CPU_OMP_THREADS_BIND`` told them too), and raises this
-process's autogroup priority; ``close`` gives both back.
+process's autogroup priority; ``close`` gives both back.  It also
+:class:`~pytest_sskj.server.launcher.StartsEarly`: a start inside :meth:`LocalLauncher.early` (the pool's
+prepared start, while nothing is measured) runs on the client's core too, and :meth:`LocalLauncher.settle`
+moves every thread of the tree onto the server's cores before the server is handed out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.nodes import is_local_node
 from pytest_sskj.server import cpus as cpu_partition
-from pytest_sskj.server.launcher import CommandResult, start_in_order
+from pytest_sskj.server.launcher import CommandResult, ProcessHandle, start_in_order
 from pytest_sskj.server.process import ManagedProcess, Reaper, communicate_or_kill
 from pytest_sskj.server.spec import NodeCommand
 
@@ -62,6 +67,12 @@ class LocalProcess:
         return f"LocalProcess(node={self.node!r}, rank={self.rank}, pid={self.pid}, log={self.log_path})"
 
 
+class _EarlyFlag(threading.local):
+    """Per thread: whether its starts are early ones (:meth:`LocalLauncher.early`)."""
+
+    on = False
+
+
 class LocalLauncher:
     """Runs node commands as subprocesses of this machine (node names must be local)."""
 
@@ -89,6 +100,8 @@ class LocalLauncher:
         self.started: list[LocalProcess] = []
         self.reaper = Reaper(reaper_state) if reaper_state is not None else None
         """With ``reaper_state``, a watchdog stops every started tree should this process die first."""
+        self._early = _EarlyFlag()
+        """``on`` while this thread is inside :meth:`early`."""
 
     @classmethod
     def from_settings(cls, settings: Settings, *, worker: str = "") -> LocalLauncher:
@@ -126,13 +139,16 @@ class LocalLauncher:
         """Start ``cmd`` here in its own session; stdout and stderr go to ``log_path`` (appended)."""
         self._check_node(cmd.node)
         server_cpus = self._pin_client()
+        spawn_cpus = server_cpus
+        if server_cpus and self.partition is not None and self._early.on:
+            spawn_cpus = tuple(sorted({*server_cpus, *self.partition.client}))  # settle() moves it later
         env = self._env(cmd.env)
         if server_cpus:
             given = {k for k, _ in cmd.env} | set(os.environ)  # the user's own binding wins
             bind = cpu_partition.format_cpus(server_cpus)
             env.update({k: bind for k in cpu_partition.SERVER_BIND_ENV if k not in given})
         try:
-            proc = ManagedProcess(cmd.argv, log_path, env=env, cwd=self.cwd, secrets=_secrets_of(cmd), cpus=server_cpus,
+            proc = ManagedProcess(cmd.argv, log_path, env=env, cwd=self.cwd, secrets=_secrets_of(cmd), cpus=spawn_cpus,
                                   detached_pump=self.detached_pump)  # fmt: skip
         except OSError as exc:
             raise LauncherError(
@@ -144,6 +160,27 @@ class LocalLauncher:
         if self.reaper is not None:
             self.reaper.register(proc)
         return handle
+
+    @contextlib.contextmanager
+    def early(self) -> Iterator[None]:
+        """Starts made on this thread inside the block may also use the client's core (nothing is measured)."""
+        self._early.on = True
+        try:
+            yield
+        finally:
+            self._early.on = False
+
+    def settle(self, handles: Sequence[ProcessHandle]) -> None:
+        """Move every thread of ``handles``' trees onto the server's cores (a no-op when nothing is pinned)."""
+        part = self.partition
+        if part is None or not part.pinned:
+            return
+        off = cpu_partition.pin_tree([pid for h in handles for pid in h.pids()], part.server)
+        if off:
+            raise LauncherError(
+                f"could not move the server's threads onto its cores {cpu_partition.format_cpus(part.server)}: "
+                + ", ".join(off[:5])
+            )
 
     def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> list[LocalProcess]:
         """Start every ``(command, log path)`` in order; a failure stops what was already started."""

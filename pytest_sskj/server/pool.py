@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -29,12 +30,15 @@ from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError,
 from pytest_sskj.nodes import is_local_node, node_url
 from pytest_sskj.redact import is_secret_name, redact_text, secret_arg_values, url_without_userinfo
 from pytest_sskj.server.health import address_from_log, wait_healthy
-from pytest_sskj.server.launcher import Launcher, ProcessHandle
+from pytest_sskj.server.launcher import Launcher, ProcessHandle, StartsEarly
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.process import describe_exit, tail_lines
+from pytest_sskj.server.serving import Serving
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
 __all__ = ["CloseReport", "Prelaunch", "RunningServer", "ServerPool", "free_port"]
+
+_log = logging.getLogger(__name__)
 
 Prelaunch = Callable[[ServerSpec, Launcher], tuple[Sequence[tuple[str, str]], "Callable[[], None] | None"]]
 """``(spec, launcher) -> (extra env for every rank, release callback or None)``; raises to refuse a launch."""
@@ -269,7 +273,7 @@ class ServerPool:
         self.running[spec] = server
         return server
 
-    def prepare(self, spec: ServerSpec) -> None:
+    def prepare(self, spec: ServerSpec, then: Callable[[Serving], None] | None = None) -> None:
         """Start ``spec``'s server in the background while the current one still runs, so that the next
         :meth:`get` of ``spec`` finds it healthy (or raises what its start raised).
 
@@ -278,14 +282,38 @@ class ServerPool:
         nothing is measured meanwhile: the acceptance runner asks after a point's bench, while the point's
         post-bench phases (log scan, records, config re-check, agreement probes) run.  A no-op for an external,
         running, failed or already prepared spec.  A prepared server that no :meth:`get` asks for is stopped
-        at the next :meth:`get` (a redundant start, counted as such) or at :meth:`close`."""
+        at the next :meth:`get` (a redundant start, counted as such) or at :meth:`close`.  ``then``: called
+        with the healthy server on the preparing thread (the runner sends the next point's warmup); what it
+        raises is logged and dropped."""
         if self.closed or self.target_url is not None or self._pending:
             return
         if spec in self.running or spec in self.failed or get_engine(spec.engine).restart_cost != "cheap":
             return
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sskj-prepare")
-        self._pending[spec] = self._executor.submit(self._start, spec)
+        self._pending[spec] = self._executor.submit(self._start_then, spec, then)
+
+    def _start_then(self, spec: ServerSpec, then: Callable[[Serving], None] | None) -> RunningServer:
+        """The prepared start: on the client's cores too where the launcher allows (:class:`StartsEarly`;
+        the previous server still computes its probes on the server's), then ``then``, then every thread
+        of the tree onto the server's cores: nothing measures it before :meth:`get` returns it."""
+        early = self.launcher if isinstance(self.launcher, StartsEarly) else None
+        with early.early() if early is not None else contextlib.nullcontext():
+            server = self._start(spec)
+        try:
+            if then is not None:
+                try:
+                    then(server)
+                except Exception as exc:  # the prepared server is fine; what ``then`` did is its caller's to redo
+                    _log.warning(
+                        "pytest-sskj: after the early start of %s: %s: %s", spec.label, type(exc).__name__, exc
+                    )
+            if early is not None:
+                early.settle(server.handles)
+        except BaseException:
+            self._terminate(server.handles)
+            raise
+        return server
 
     def _settle_pending(self, keep: ServerSpec | None = None) -> None:
         """Wait for the prepared servers: ``keep``'s joins :attr:`running` (or :attr:`failed`), any other

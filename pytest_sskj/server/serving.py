@@ -8,7 +8,7 @@ deployment of groups behind a router (:class:`~pytest_sskj.deploy.pool.RunningDe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,9 +74,11 @@ class ServingPool(Protocol):
         """Stop the deployment of ``spec`` (every process tree on every node)."""
         ...
 
-    def prepare(self, spec: ServerSpec) -> None:
+    def prepare(self, spec: ServerSpec, then: Callable[[Serving], None] | None = None) -> None:
         """Start ``spec`` early, while nothing is measured, where the engine allows two deployments at once
-        (a no-op elsewhere); the next ``get(spec)`` returns it."""
+        (a no-op elsewhere); the next ``get(spec)`` returns it.  ``then`` is called with it once it is healthy,
+        on the preparing thread, before that ``get`` returns (the runner sends the next point's warmup there);
+        what ``then`` raises is logged, never raised by ``get``."""
         ...
 
     @property

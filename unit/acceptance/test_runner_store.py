@@ -77,7 +77,7 @@ class FakePool:
             raise ServerLaunchError(f"{spec.label}: local rank 0 exited with code 3 before it was healthy")
         return self.servers.setdefault(spec, FakeServer(spec))
 
-    def prepare(self, spec: ServerSpec) -> None:
+    def prepare(self, spec: ServerSpec, then: Any = None) -> None:
         self.prepared.append(spec.label)
 
     def stop(self, spec: ServerSpec) -> None:

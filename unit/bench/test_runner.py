@@ -42,6 +42,33 @@ def test_records_are_on_disk_as_each_request_finishes(tmp_path: Path) -> None:
     assert (tmp_path / "result-r0.json").exists()
 
 
+def test_a_warmup_sent_before_is_recorded_not_sent_again_and_the_measured_prompts_stay_the_same(
+    tmp_path: Path,
+) -> None:
+    """``run_warmup`` sends exactly the repeat's warmup requests (on a prepared server, before the bench);
+    the bench given them (``warmed``) writes them to its file and sends only the measured ones; ``warmed=[]``
+    (a server warm from an earlier measured phase) sends none.  The plan is the same in every case: the
+    measured prompts keep their numbers and ids, so an A/B still compares identical prompts."""
+    from pytest_sskj.bench import run_warmup
+
+    with MockServer() as srv:
+        sent = run_bench(srv.url, W, tmp_path / "sent", repeat=1)
+        before = srv.requests_served
+        warm = run_warmup(srv.url, W, repeat=1, label="early")
+        assert srv.requests_served - before == 2, "run_warmup sends the repeat's 2 warmup requests, no more"
+        given = run_bench(srv.url, W, tmp_path / "given", repeat=1, warmed=warm)
+        assert srv.requests_served - before == 2 + 12, "the bench given the warmup sends the 12 measured ones only"
+        none = run_bench(srv.url, W, tmp_path / "none", repeat=1, warmed=[])
+    assert [r.index for r in warm] == [0, 1] and all(r.warmup and r.ok for r in warm), warm
+    assert given.ok and none.ok, (given.failures, none.failures)
+    assert (len(given.warmup_records), given.metrics["warmup"], none.metrics["warmup"]) == (2, 2, 0)
+    rows = {k: [json.loads(x) for x in (tmp_path / k / "requests.jsonl").read_text().splitlines()]
+            for k in ("sent", "given", "none")}  # fmt: skip
+    assert sorted(x["index"] for x in rows["given"]) == sorted(x["index"] for x in rows["sent"]) == list(range(14))
+    assert sorted(x["index"] for x in rows["none"]) == list(range(2, 14)), "no warmup line when none was sent"
+    assert [r.index for r in sent.records] == [r.index for r in given.records] == [r.index for r in none.records]
+
+
 def test_warmup_is_sent_but_not_measured(tmp_path: Path) -> None:
     with MockServer() as srv:
         r = run_bench(srv.url, W, tmp_path)

@@ -30,6 +30,38 @@ def test_opening_a_new_database_migrates_it_to_the_head_revision(tmp_path: Path)
     ResultsDB(_sqlite(tmp_path))  # opening again is a no-op at head
 
 
+def test_opening_a_database_at_head_does_not_import_alembic_and_an_older_one_is_migrated(tmp_path: Path) -> None:
+    """Every session opens the database: at head a plain query of the version table decides (alembic's import
+    alone costs ~0.12 s of the session), and a database stamped with an older revision still migrates."""
+    import subprocess
+    import sys
+
+    url = _sqlite(tmp_path)
+    ResultsDB(url).close()
+    code = (
+        f"import sys; from pytest_sskj.history.db import ResultsDB; ResultsDB({url!r}); print('alembic' in sys.modules)"
+    )
+    seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert seen == "False", f"expected no alembic import when the database is at head, saw imported={seen}"
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    import pytest_sskj.history.db as dbmod
+
+    old_url = _sqlite(tmp_path / "old")
+    (tmp_path / "old" / "reports").mkdir(parents=True)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(dbmod.__file__).with_name("migrations")))
+    engine = create_engine(old_url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+    engine.dispose()
+    db = ResultsDB(old_url)
+    assert db.revision() == "0002", f"expected the 0001 database migrated to 0002, saw {db.revision()}"
+
+
 def test_db_import_is_idempotent_and_keeps_samples(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path / "reports", "runA", [100.0, 110.0, 90.0])
     db = ResultsDB(_sqlite(tmp_path))

@@ -146,3 +146,68 @@ def test_a_second_launcher_of_the_run_plans_over_the_run_cores_not_the_pinned_cl
     finally:
         handle.terminate(10.0)
         first.close()
+
+
+@needs_two
+def test_a_child_spawned_on_the_server_cores_starts_there_and_the_spawning_thread_gets_its_cores_back() -> None:
+    """``spawning_on`` pins only the calling thread around the ``Popen`` (a child inherits the forking thread's
+    cores; no ``preexec_fn``, whose full fork cost ~8 ms with the GIL held): the child's first instruction
+    already runs on the server cores, and the thread is back on its own cores afterwards."""
+    import subprocess
+
+    before = os.sched_getaffinity(0)
+    server = (max(before),)
+    with cpus.spawning_on(server):
+        p = subprocess.Popen(
+            [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    out, _ = p.communicate(timeout=60)
+    assert out.strip() == str(list(server)), f"expected the child on {list(server)} from its start, saw {out!r}"
+    assert os.sched_getaffinity(0) == before, f"the spawning thread kept {os.sched_getaffinity(0)}, not {before}"
+    with cpus.spawning_on(()):
+        assert os.sched_getaffinity(0) == before, "an empty core list must pin nothing"
+
+
+@needs_two
+def test_an_early_start_uses_the_client_core_too_until_settle_moves_its_whole_tree_onto_the_server_cores(
+    tmp_path: Path,
+) -> None:
+    """The pool's prepared start (nothing measured meanwhile) runs on every core of the partition, so it does
+    not queue behind the previous server's last work on the server core; ``settle`` then moves every thread
+    of every process of the tree onto the server cores, before anything measures it."""
+    original = cpus.allowed_cpus()
+    part = cpus.plan_partition("auto", original)
+    launcher = LocalLauncher(partition=part)
+    ready = tmp_path / "ready"
+    with launcher.early():
+        handle = launcher.start(NodeCommand("local", 0, (sys.executable, "-c", _TREE, str(ready))), tmp_path / "t.log")
+    try:
+        deadline = time.monotonic() + 90
+        while not (ready.exists() and Path(f"{ready}.child").exists()):
+            assert handle.poll() is None, (tmp_path / "t.log").read_text()
+            assert time.monotonic() < deadline, "the server tree did not start within 90 s"
+            time.sleep(0.1)
+        every = tuple(sorted({*part.server, *part.client}))
+        assert _allowed(handle.pid) == every, f"expected the early start on {every}, saw {_allowed(handle.pid)}"
+        env = Path(f"/proc/{handle.pid}/environ").read_bytes().split(b"\0")
+        assert f"SSKJ_SERVER_CPUS={cpus.format_cpus(part.server)}".encode() in env, "the server was not told its cores"
+        launcher.settle([handle])
+        seen = {(pid, tid): _allowed(pid, tid) for pid in handle.pids() for tid in _threads(pid)}
+        assert len(seen) >= 4, f"expected >= 2 threads in each of 2 processes, saw {sorted(seen)}"
+        wrong = {k: v for k, v in seen.items() if v != part.server}
+        assert not wrong, f"threads left off the server cores {part.server} after settle: {wrong}"
+        with launcher.early():
+            pass
+        late = launcher.start(
+            NodeCommand("local", 1, (sys.executable, "-c", "import time; time.sleep(60)")), tmp_path / "l.log"
+        )
+        assert _allowed(late.pid) == part.server, (
+            f"a start outside early() is on {_allowed(late.pid)}, not the server's"
+        )
+        late.terminate(10.0)
+    finally:
+        handle.terminate(10.0)
+        launcher.close()
+    assert cpus.allowed_cpus() == original, "close() did not give the client its cores back"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as concurrent_futures
 import json
+import os
 import re
 import sys
 import time
@@ -196,3 +197,19 @@ def test_bench_parallel_vs_serial(tiny: Path, tmp_path: Path) -> None:
         f"\nembedded startup_s parallel={p[0]:.3f} serial={s[0]:.3f}; req/s parallel={p[1]:.1f} serial={s[1]:.1f}; "
         f"mean e2e_latency_ms parallel={p[2]:.0f} serial={s[2]:.0f}"
     )
+
+
+def test_the_server_sizes_its_threads_by_its_partition_cores_not_by_where_it_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prepared server starts on the client's core too and is moved onto its own later: the cores it is
+    given (``SSKJ_SERVER_CPUS``, set by the local launcher) decide its thread count, so its configuration is
+    the same however it was started; without the variable, its affinity does."""
+    from pytest_sskj.server.embedded import _own_cores
+
+    monkeypatch.setenv("SSKJ_SERVER_CPUS", "1")
+    assert _own_cores(8) == 1, "one partition core: one compute thread at most"
+    monkeypatch.setenv("SSKJ_SERVER_CPUS", "2-5,7")
+    assert _own_cores(8) == 5
+    monkeypatch.delenv("SSKJ_SERVER_CPUS")
+    assert _own_cores(8) == len(os.sched_getaffinity(0))
