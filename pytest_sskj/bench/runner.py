@@ -65,6 +65,14 @@ async def _discover_model(client: BenchClient, url: str) -> str | None:
     return model if isinstance(model, str) else None
 
 
+async def _model(client: BenchClient, workload: Workload, endpoint: Endpoint, url: str, hung: list[str]) -> str | None:
+    """The model name the requests carry: the workload's, else the first ``/v1/models`` lists (not for
+    ``/generate``, which names none), within the stall timeout (``hung`` says so when it passed)."""
+    if workload.model is not None or endpoint.name == "generate":
+        return workload.model
+    return await _bounded(_discover_model(client, url), client, "GET /v1/models", hung)
+
+
 async def _bounded(coro: Coroutine[Any, Any, _T], client: BenchClient, what: str, hung: list[str]) -> _T | None:
     """Await a control request within the stall timeout; past it, record why the server counts as hung."""
     stall = client.timeouts.stall_s
@@ -290,10 +298,8 @@ async def arun_bench(
     async with contextlib.AsyncExitStack() as stack:
         if client is None:
             client = await stack.enter_async_context(BenchClient(workload.concurrency, timeouts=timeouts))
-        model = workload.model
         hung: list[str] = []
-        if model is None and endpoint.name != "generate":
-            model = await _bounded(_discover_model(client, url_list[0]), client, "GET /v1/models", hung)
+        model = await _model(client, workload, endpoint, url_list[0], hung)
         flushes = {}
         for u in url_list:
             if flush_cache and not hung:
@@ -445,9 +451,7 @@ async def arun_warmup(
         return []
     async with BenchClient(workload.concurrency, timeouts=timeouts) as client:
         hung: list[str] = []
-        model = workload.model
-        if model is None and endpoint.name != "generate":
-            model = await _bounded(_discover_model(client, url_list[0]), client, "GET /v1/models", hung)
+        model = await _model(client, workload, endpoint, url_list[0], hung)
         kept = _Kept()
         point = _Point(client, endpoint, workload, url_list, repeat, kept, label or workload.label, model)
         point.stalled = hung[0] if hung else None
