@@ -139,7 +139,7 @@ class Acceptance:
         if at is None:
             return None
         s = self.settings
-        may_extend = max(s.repeats, s.max_repeats or s.repeats) > s.repeats
+        may_extend = self.design().sequential  # extra A/B pairs may be measured between the tests
         for later in items[at + 1 :]:
             callspec = getattr(later, "callspec", None)
             params = callspec.params if callspec is not None else {}

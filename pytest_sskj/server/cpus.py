@@ -170,12 +170,12 @@ def pin_tree(pids: Sequence[int], cpus: Sequence[int], *, passes: int = 3) -> li
                 continue
             for tid in tids:
                 try:
-                    if allowed_cpus(tid) != want:
-                        os.sched_setaffinity(tid, want)
-                    if allowed_cpus(tid) != want:
-                        off.append(f"{pid}/{tid}: {format_cpus(allowed_cpus(tid))}")
+                    os.sched_setaffinity(tid, want)
+                    now = allowed_cpus(tid)
                 except OSError:  # the thread ended meanwhile
                     continue
+                if now != want:
+                    off.append(f"{pid}/{tid}: {format_cpus(now)}")
         if not off:
             return []
     return off

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,15 @@ def _threads(pid: int) -> list[int]:
     return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
 
 
+def _wait_tree(ready: Path, handle: Any, log: Path, timeout_s: float = 90.0) -> None:
+    """Until ``_TREE`` and its child have both written their ready files (the launch failing says why)."""
+    deadline = time.monotonic() + timeout_s
+    while not (ready.exists() and Path(f"{ready}.child").exists()):
+        assert handle.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"the server tree did not start within {timeout_s:g} s"
+        time.sleep(0.1)
+
+
 def test_partition_keeps_one_core_for_the_client_and_gives_the_server_the_rest() -> None:
     assert cpus.plan_partition("auto", [0, 1]) == cpus.CpuPartition((0,), (1,), "client/server")
     four = cpus.plan_partition("auto", [3, 0, 2, 1])
@@ -69,11 +79,7 @@ def test_local_server_tree_runs_on_the_server_cores_and_the_client_on_its_own(tm
     ready = tmp_path / "ready"
     handle = launcher.start(NodeCommand("local", 0, (sys.executable, "-c", _TREE, str(ready))), tmp_path / "tree.log")
     try:
-        deadline = time.monotonic() + 90
-        while not (ready.exists() and Path(f"{ready}.child").exists()):
-            assert handle.poll() is None, (tmp_path / "tree.log").read_text()
-            assert time.monotonic() < deadline, "the server tree did not start within 90 s"
-            time.sleep(0.1)
+        _wait_tree(ready, handle, tmp_path / "tree.log")
         pids = handle.pids()
         assert len(pids) >= 2, f"expected the server and its child, saw pids {pids}"
         seen = {(pid, tid): _allowed(pid, tid) for pid in pids for tid in _threads(pid)}
@@ -184,11 +190,7 @@ def test_an_early_start_uses_the_client_core_too_until_settle_moves_its_whole_tr
     with launcher.early():
         handle = launcher.start(NodeCommand("local", 0, (sys.executable, "-c", _TREE, str(ready))), tmp_path / "t.log")
     try:
-        deadline = time.monotonic() + 90
-        while not (ready.exists() and Path(f"{ready}.child").exists()):
-            assert handle.poll() is None, (tmp_path / "t.log").read_text()
-            assert time.monotonic() < deadline, "the server tree did not start within 90 s"
-            time.sleep(0.1)
+        _wait_tree(ready, handle, tmp_path / "t.log")
         every = tuple(sorted({*part.server, *part.client}))
         assert _allowed(handle.pid) == every, f"expected the early start on {every}, saw {_allowed(handle.pid)}"
         env = Path(f"/proc/{handle.pid}/environ").read_bytes().split(b"\0")
