@@ -233,10 +233,14 @@ def _detach(handles: Sequence[ProcessHandle]) -> None:
     from pytest_sskj.server.container import ContainerProcess
     from pytest_sskj.server.ssh import SshProcess
 
+    launchers = {}
     for h in handles:
         inner = h.inner if isinstance(h, ContainerProcess) else h
         if isinstance(inner, SshProcess):
             inner.detach()  # a local rank is a session leader of its own: nothing here holds it
+            launchers[id(inner.launcher)] = inner.launcher
+    for launcher in launchers.values():  # nothing of this process stays connected to the nodes
+        launcher.end_shared_connections()
 
 
 def _refuse_live(settings: Settings, name: str, say: Callable[[str], None]) -> None:

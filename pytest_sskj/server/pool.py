@@ -30,7 +30,7 @@ from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError,
 from pytest_sskj.nodes import is_local_node, node_url
 from pytest_sskj.redact import is_secret_name, redact_text, secret_arg_values, url_without_userinfo
 from pytest_sskj.server.health import address_from_log, wait_healthy
-from pytest_sskj.server.launcher import Launcher, ProcessHandle, StartsEarly
+from pytest_sskj.server.launcher import Launcher, ProcessHandle, StartsEarly, on_each
 from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
 from pytest_sskj.server.process import describe_exit, tail_lines
 from pytest_sskj.server.serving import Serving
@@ -113,8 +113,9 @@ class RunningServer:
         return all(h.poll() is None for h in self.handles)
 
     def pids(self) -> dict[str, list[int]]:
-        """Live PIDs of every rank's process tree, by ``node/rank``."""
-        return {_rank_key(h.node, h.rank): h.pids() for h in self.handles}
+        """Live PIDs of every rank's process tree, by ``node/rank`` (every rank asked at once)."""
+        found = on_each(lambda h: h.pids(), self.handles)
+        return {_rank_key(h.node, h.rank): pids for h, pids in zip(self.handles, found, strict=True)}
 
     # -- server info ---------------------------------------------------------------------------------
     def config_problems(self) -> list[str]:

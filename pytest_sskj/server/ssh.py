@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.errors import LauncherError
 from pytest_sskj.redact import is_secret_name, redact_argv, redact_text, secret_arg_values
-from pytest_sskj.server.launcher import CommandResult
+from pytest_sskj.server.launcher import CommandResult, on_each
 from pytest_sskj.server.process import communicate_or_kill
 from pytest_sskj.server.remote_sh import (
     bootstrap_script,
@@ -44,6 +44,7 @@ from pytest_sskj.server.remote_sh import (
     terminate_script,
 )
 from pytest_sskj.server.spec import NodeCommand
+from pytest_sskj.server.ssh_mux import SharedConnections, refused, stale, user_manages
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -319,9 +320,15 @@ class SshProcess:
 
     def detach(self) -> None:
         """End the local log stream and leave the rank running on its node (``serve start``: the deployment
-        outlives this process; the remote state directory keeps its PID, log and exit status)."""
+        outlives this process; the remote state directory keeps its PID, log and exit status).  The
+        launcher's shared connections stay up until :meth:`SshLauncher.end_shared_connections`."""
         self._kill_local()
         self._join_pumps(2.0)
+
+    @property
+    def launcher(self) -> SshLauncher:
+        """The launcher that started this rank."""
+        return self._launcher
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _kill_local(self) -> None:
@@ -372,6 +379,11 @@ class SshLauncher:
         self.start_timeout_s = start_timeout_s if start_timeout_s is not None else ssh.connect_timeout_s + 20.0
         self.started: list[SshProcess] = []
         self._count = 0
+        self._shared = (
+            None if user_manages(ssh.options) else SharedConnections(self.ssh.argv, ssh.connect_timeout_s + 10.0)
+        )
+        """One master connection per node that every later ssh rides (:mod:`.ssh_mux`); ``None``: the user's
+        own ``ControlMaster``/``ControlPath`` options decide."""
 
     @classmethod
     def from_settings(cls, settings: Settings, *, worker: str = "") -> SshLauncher:
@@ -417,7 +429,7 @@ class SshLauncher:
             except LauncherError as exc:
                 return exc
 
-        results = _parallel(stop, handles)
+        results = on_each(stop, handles)
         for r in results:
             if isinstance(r, LauncherError):
                 raise r
@@ -442,11 +454,23 @@ class SshLauncher:
             pass  # ssh already gave up; wait_started reports why
         return handle
 
+    def _argv(self, node: str, *remote: str, shared: bool = True) -> list[str]:
+        """``ssh [options] node [remote]``, riding the node's shared connection when there is one."""
+        argv = self.ssh.argv(node, *remote)
+        extra = self._shared.options(node) if shared and self._shared is not None else []
+        cut = len(argv) - 2 - len(remote)  # before "--", node
+        return [*argv[:cut], *extra, *argv[cut:]]
+
+    def end_shared_connections(self) -> None:
+        """End the nodes' master connections (:meth:`close` does; ``serve start`` after detaching its ranks)."""
+        if self._shared is not None:
+            self._shared.close()
+
     def _popen_shell(self, node: str) -> subprocess.Popen[bytes]:
         """``ssh node sh -s`` in its own local session, script to be written on stdin, output piped."""
         try:
             return subprocess.Popen(
-                self.ssh.argv(node, "sh", "-s"),
+                self._argv(node, "sh", "-s"),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -460,28 +484,30 @@ class SshLauncher:
 
     def run(self, node: str, argv: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
         """Run ``argv`` on ``node`` (as one shell-quoted command line) and wait for it."""
-        return self._call(self.ssh.argv(node, shlex.join(argv)), node, None, timeout_s)
+        return self._call(lambda shared: self._argv(node, shlex.join(argv), shared=shared), node, None, timeout_s)
 
     def shell(self, node: str, script: str, timeout_s: float = 30.0) -> CommandResult:
         """Run a POSIX sh ``script`` on ``node``, fed on stdin (nothing of it appears in a process listing)."""
-        return self._call(self.ssh.argv(node, "sh", "-s"), node, script, timeout_s)
+        return self._call(lambda shared: self._argv(node, "sh", "-s", shared=shared), node, script, timeout_s)
 
     def close(self) -> None:
-        """Remove this launcher's remote state directories of ranks that have exited (logs are local)."""
+        """Remove this launcher's remote state directories of ranks that have exited (logs are local) and end
+        the nodes' shared connections."""
         by_node: dict[str, list[str]] = {}
         for h in self.started:
             if h.terminated or h._proc.poll() not in (None, _SSH_FAILED):
                 by_node.setdefault(h.node, []).append(h.state_dir)
         root = shlex.quote(self.remote_root + "/" + self.token)
         items = list(by_node.items())
-        _parallel(lambda it: self.shell(it[0], "rm -rf " + " ".join(shlex.quote(d) for d in it[1]) + "\n", 15.0), items)
+        on_each(lambda it: self.shell(it[0], "rm -rf " + " ".join(shlex.quote(d) for d in it[1]) + "\n", 15.0), items)
         # after every node removed its directories (nodes may share one file system)
-        _parallel(lambda it: self.shell(it[0], f"rmdir {root} 2>/dev/null; exit 0\n", 15.0), items)
+        on_each(lambda it: self.shell(it[0], f"rmdir {root} 2>/dev/null; exit 0\n", 15.0), items)
+        self.end_shared_connections()
 
     # -- queries -------------------------------------------------------------------------------------------
     def address(self, node: str) -> str:
         """The address ssh connects to for ``node`` (``HostName`` of ssh_config), for URLs and dist-init."""
-        res = self._call([*self.ssh.argv(node)[:-2], "-G", node], node, None, 10.0)
+        res = self._call(lambda _: [*self.ssh.argv(node)[:-2], "-G", node], node, None, 10.0)
         for line in res.stdout.splitlines():
             key, _, value = line.partition(" ")
             if key == "hostname" and value.strip():
@@ -517,10 +543,22 @@ class SshLauncher:
 
         The nodes are queried in parallel.
         """
-        found = _parallel(lambda h: h.pids(), self.started)
+        found = on_each(lambda h: h.pids(), self.started)
         return {f"{h.node}/rank{h.rank}": pids for h, pids in zip(self.started, found, strict=True) if pids}
 
-    def _call(self, argv: list[str], node: str, stdin: str | None, timeout_s: float) -> CommandResult:
+    def _call(
+        self, argv_for: Callable[[bool], list[str]], node: str, stdin: str | None, timeout_s: float
+    ) -> CommandResult:
+        """Run one short ssh command (``argv_for(shared)``); a channel the shared master refused (sshd's
+        ``MaxSessions``) is retried once on a connection of its own."""
+        res = self._call_once(argv_for(True), node, stdin, timeout_s)
+        if self._shared is not None and stale(res.stderr):
+            self._shared.forget(node)  # ssh connected directly; the next command makes a new master
+        if refused(res.returncode, res.stderr):
+            res = self._call_once(argv_for(False), node, stdin, timeout_s)
+        return res
+
+    def _call_once(self, argv: list[str], node: str, stdin: str | None, timeout_s: float) -> CommandResult:
         try:
             proc = subprocess.Popen(
                 argv,
@@ -549,20 +587,6 @@ def ssh_options_from_settings(settings: Settings) -> SshOptions:
         options=tuple(settings.ssh_options),
         config_file=settings.ssh_config,
     )
-
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
-
-
-def _parallel(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
-    """``[fn(x) for x in items]`` with one thread per item (ssh round trips overlap); exceptions propagate."""
-    if len(items) <= 1:
-        return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
-        return list(pool.map(fn, items))
 
 
 def _safe(node: str) -> str:

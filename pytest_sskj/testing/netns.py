@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["netns_skip_reason", "shared_hosts"]
+__all__ = ["host_processes", "netns_skip_reason", "shared_hosts", "ssh_connections"]
 
 
 def netns_skip_reason() -> str | None:
@@ -26,6 +26,30 @@ def netns_skip_reason() -> str | None:
     if not os.access("/usr/sbin/sshd", os.X_OK):
         return "/usr/sbin/sshd not found: apt-get install -y openssh-server"
     return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _namespace_pids(namespace: str) -> set[int]:
+    out = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, check=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+def ssh_connections(namespace: str, listener: int) -> set[int]:
+    """The host's sshd connection processes (``sshd: root@notty``, one per open ssh connection: the launcher's
+    shared master holds one while it is up), not its listener."""
+    return {p for p in _namespace_pids(namespace) - {listener} if _cmdline(p).startswith("sshd:")}
+
+
+def host_processes(namespace: str, listener: int) -> set[int]:
+    """Every process "on" a host (``ip netns pids``) but sshd's own (its listener and its connection
+    processes): what a rank tree or a stray of one leaves there."""
+    return _namespace_pids(namespace) - {listener} - ssh_connections(namespace, listener)
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ from pytest_sskj.engines import node_commands
 from pytest_sskj.errors import ServerCrashed
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.server.ssh import SshProcess
-from pytest_sskj.testing.netns import netns_skip_reason
+from pytest_sskj.testing.netns import host_processes, netns_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 NETNS_TOOL = REPO / "tools" / "netns_hosts.sh"
@@ -65,9 +65,9 @@ def _ns_pids(host: str) -> set[int]:
 
 
 def _foreign_pids(host: str) -> set[int]:
-    """Every process in the host's namespace except its sshd listener."""
+    """Every process in the host's namespace but sshd's own (its listener and connections)."""
     sshd = int((HOSTS_DIR / "hosts" / host / "sshd.pid").read_text().strip())
-    return _ns_pids(host) - {sshd}
+    return host_processes(NETNS_PREFIX + host, sshd)
 
 
 def _wait_empty(timeout_s: float = 10.0) -> dict[str, set[int]]:

@@ -30,7 +30,7 @@ from pytest_sskj.server.health import wait_healthy
 from pytest_sskj.server.logscan import LogOracle
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.server.ssh import SshLauncher, SshOptions, SshProcess, rank_log_path
-from pytest_sskj.testing.netns import netns_skip_reason, shared_hosts
+from pytest_sskj.testing.netns import host_processes, netns_skip_reason, shared_hosts, ssh_connections
 
 REPO = Path(__file__).resolve().parents[2]
 NETNS_TOOL = REPO / "tools" / "netns_hosts.sh"
@@ -67,8 +67,12 @@ class Hosts:
         return int((self.config.parent / "hosts" / node / "sshd.pid").read_text().strip())
 
     def foreign_pids(self, node: str) -> set[int]:
-        """Every process in the node's namespace except its sshd listener."""
-        return self.ns_pids(node) - {self.sshd_pid(node)}
+        """Every process in the node's namespace but sshd's own (listener, connections): rank trees."""
+        return host_processes(NETNS_PREFIX + node, self.sshd_pid(node))
+
+    def connections(self, node: str) -> set[int]:
+        """The node's open ssh connections (the launcher's shared master holds one while it is up)."""
+        return ssh_connections(NETNS_PREFIX + node, self.sshd_pid(node))
 
     def wait_empty(self, node: str, timeout_s: float = 5.0) -> set[int]:
         deadline = time.perf_counter() + timeout_s
