@@ -14,15 +14,16 @@ tree on every node (and removes the containers), verifies nothing is left and re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.errors import ServerError
 from pytest_sskj.serve.state import DeploymentState, RankState, known_names, read_state, recorded_spec, state_path
 from pytest_sskj.serve.trees import RankLiveness, liveness, stop_rank
-from pytest_sskj.server.launcher import Launcher, ProcessHandle
+from pytest_sskj.server.launcher import Launcher, ProcessHandle, on_each
 
 if TYPE_CHECKING:
     import pytest
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from pytest_sskj.server.ssh import SshLauncher
     from pytest_sskj.settings import Settings
 
-_T = TypeVar("_T")
 Record = Callable[["ServerSpec", Sequence["NodeIdentity"]], object]
 """What the identity pre-launch hands the nodes' identities to."""
 
@@ -100,9 +100,13 @@ def load(reports_dir: Path, name: str) -> DeploymentState:
         raise ServeError(str(exc)) from None
 
 
-def _ssh(state: DeploymentState, identity: Path | None) -> SshLauncher | None:
+@contextmanager
+def _ssh(state: DeploymentState, identity: Path | None) -> Iterator[SshLauncher | None]:
+    """The launcher that reaches the deployment's ssh ranks (``None``: it has none), its shared connections
+    ended when the block is left: ``serve status``/``stop`` leave nothing connected to the nodes."""
     if not any(r.kind.endswith("ssh") for r in state.ranks):
-        return None
+        yield None
+        return
     from pytest_sskj.server.ssh import SshLauncher, SshOptions
 
     o = state.ssh
@@ -113,15 +117,19 @@ def _ssh(state: DeploymentState, identity: Path | None) -> SshLauncher | None:
         options=tuple(o.get("options") or ()),
         config_file=Path(o["config_file"]) if o.get("config_file") else None,
     )
-    return SshLauncher(ssh=opts)
+    launcher = SshLauncher(ssh=opts)
+    try:
+        yield launcher
+    finally:
+        launcher.end_shared_connections()
 
 
 def status(state: DeploymentState, *, ssh_identity: Path | None = None, timeout_s: float = 10.0) -> DeploymentStatus:
     """Every rank's tree and every URL's health, asked now."""
     from pytest_sskj.server.health import probe
 
-    ssh = _ssh(state, ssh_identity)
-    ranks = tuple(_each(lambda r: liveness(r, ssh), state.ranks))
+    with _ssh(state, ssh_identity) as ssh:
+        ranks = tuple(on_each(lambda r: liveness(r, ssh), state.ranks))
     health = tuple((u, *probe(u, state.health_path, timeout_s)) for u in state.urls)
     return DeploymentStatus(state, ranks, health)
 
@@ -130,23 +138,13 @@ def stop(
     state: DeploymentState, reports_dir: Path, *, ssh_identity: Path | None = None, timeout_s: float = 15.0
 ) -> StopReport:
     """Stop every rank's tree on its node; the state file is removed once nothing is left."""
-    ssh = _ssh(state, ssh_identity)
-    before = _each(lambda r: liveness(r, ssh), state.ranks)
-    results = tuple(_each(lambda r: (r, *stop_rank(r, ssh, timeout_s)), state.ranks))
+    with _ssh(state, ssh_identity) as ssh:
+        before = on_each(lambda r: liveness(r, ssh), state.ranks)
+        results = tuple(on_each(lambda r: (r, *stop_rank(r, ssh, timeout_s)), state.ranks))
     report = StopReport(state, any(b.alive for b in before), results)
     if report.clean:
         state_path(reports_dir, state.name).unlink(missing_ok=True)
     return report
-
-
-def _each(fn: Callable[[RankState], _T], ranks: Sequence[RankState]) -> list[_T]:
-    """``[fn(r) for r in ranks]``, every node asked at once (a remote rank is a round trip)."""
-    if len(ranks) <= 1:
-        return [fn(r) for r in ranks]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(32, len(ranks)), thread_name_prefix="sskj-serve") as ex:
-        return list(ex.map(fn, ranks))
 
 
 # -- start -----------------------------------------------------------------------------------------------
