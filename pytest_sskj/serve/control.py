@@ -231,14 +231,17 @@ def _detach(handles: Sequence[ProcessHandle]) -> None:
     from pytest_sskj.server.container import ContainerProcess
     from pytest_sskj.server.ssh import SshProcess
 
-    launchers = {}
+    by_launcher: dict[int, list[SshProcess]] = {}
     for h in handles:
         inner = h.inner if isinstance(h, ContainerProcess) else h
-        if isinstance(inner, SshProcess):
-            inner.detach()  # a local rank is a session leader of its own: nothing here holds it
-            launchers[id(inner.launcher)] = inner.launcher
-    for launcher in launchers.values():  # nothing of this process stays connected to the nodes
-        launcher.end_shared_connections()
+        if isinstance(inner, SshProcess):  # a local rank is a session leader of its own: nothing here holds it
+            by_launcher.setdefault(id(inner.launcher), []).append(inner)
+    for procs in by_launcher.values():
+        # the shared connections first: a rank's log stream rides its node's master, and only the master's exit
+        # ends the remote session (killing the local client alone leaves it, and its pipes, open)
+        procs[0].launcher.end_shared_connections()
+        for p in procs:
+            p.detach()
 
 
 def _refuse_live(settings: Settings, name: str, say: Callable[[str], None]) -> None:

@@ -320,8 +320,9 @@ class SshProcess:
 
     def detach(self) -> None:
         """End the local log stream and leave the rank running on its node (``serve start``: the deployment
-        outlives this process; the remote state directory keeps its PID, log and exit status).  The
-        launcher's shared connections stay up until :meth:`SshLauncher.end_shared_connections`."""
+        outlives this process; the remote state directory keeps its PID, log and exit status).  A stream that
+        rides the node's shared connection ends with it: call :meth:`SshLauncher.end_shared_connections` first
+        (a killed client alone leaves its remote session, and the pipes the master holds, open)."""
         self._kill_local()
         self._join_pumps(2.0)
 

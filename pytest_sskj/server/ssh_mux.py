@@ -19,6 +19,9 @@ limit of a Unix socket) and open a channel of the node's master (a few ms).
 - A user's own ``-o ControlMaster=...`` / ``-o ControlPath=...`` (``--sskj-ssh-option``, or ``SshOptions``)
   turns sharing off: the user's connection setup is used as given.
 
+A command riding a master runs as one of its channels: it ends when its remote session ends or when the master
+exits, not when the local ``ssh`` client is killed (the master keeps the channel and the client's pipes), so
+``serve start`` ends the connections before it lets go of its ranks' log streams.
 A master killed without cleanup leaves its socket behind: ssh then says so and connects directly, and the
 launcher has the socket removed (:func:`stale`, :meth:`SharedConnections.forget`) so a new master is made.
 The one refusal a channel can meet (sshd's ``MaxSessions``, 10 by default; a session holds one long-lived
