@@ -100,8 +100,9 @@ class SshOptions:
     connect_timeout_s: float = 10.0
     ssh: str = "ssh"
 
-    def argv(self, node: str, *remote: str) -> list[str]:
-        """``ssh [options] node [remote command]`` (no pty, batch mode, keep-alives)."""
+    def argv(self, node: str, *remote: str, extra: Sequence[str] = ()) -> list[str]:
+        """``ssh [options] node [remote command]`` (no pty, batch mode, keep-alives); ``extra`` options go after
+        the user's own (ssh takes the first value it is given for an option, so the user's win)."""
         argv = [
             self.ssh,
             "-T",
@@ -124,7 +125,7 @@ class SshOptions:
             argv += ["-i", str(self.identity), "-o", "IdentitiesOnly=yes"]
         for opt in self.options:
             argv += ["-o", opt]
-        return [*argv, "--", node, *remote]
+        return [*argv, *extra, "--", node, *remote]
 
 
 class SshProcess:
@@ -381,7 +382,9 @@ class SshLauncher:
         self.started: list[SshProcess] = []
         self._count = 0
         self._shared = (
-            None if user_manages(ssh.options) else SharedConnections(self.ssh.argv, ssh.connect_timeout_s + 10.0)
+            None
+            if user_manages(ssh.options)
+            else SharedConnections(lambda node, extra: self.ssh.argv(node, extra=extra), ssh.connect_timeout_s + 10.0)
         )
         """One master connection per node that every later ssh rides (:mod:`.ssh_mux`); ``None``: the user's
         own ``ControlMaster``/``ControlPath`` options decide."""
@@ -457,10 +460,8 @@ class SshLauncher:
 
     def _argv(self, node: str, *remote: str, shared: bool = True) -> list[str]:
         """``ssh [options] node [remote]``, riding the node's shared connection when there is one."""
-        argv = self.ssh.argv(node, *remote)
         extra = self._shared.options(node) if shared and self._shared is not None else []
-        cut = len(argv) - 2 - len(remote)  # before "--", node
-        return [*argv[:cut], *extra, *argv[cut:]]
+        return self.ssh.argv(node, *remote, extra=extra)
 
     def end_shared_connections(self) -> None:
         """End the nodes' master connections (:meth:`close` does; ``serve start`` after detaching its ranks)."""

@@ -39,6 +39,8 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 
+from pytest_sskj.server.launcher import on_each
+
 __all__ = ["ATTEMPTS", "PERSIST_S", "SharedConnections", "refused", "stale", "user_manages"]
 
 PERSIST_S = 60
@@ -68,12 +70,12 @@ def refused(returncode: int, stderr: str) -> bool:
 class SharedConnections:
     """The masters of one launcher: ``options(node)`` gives the ``-o`` options of a command riding it.
 
-    ``base_argv(node)`` is the launcher's ``ssh [options] -- node`` (no remote command); ``timeout_s`` bounds
-    a master's authentication.  A node's master is made in the background on its first use, which connects
-    directly as it would without sharing (an unreachable node fails exactly as before, never twice as slowly);
-    later commands ride the master once its socket is there."""
+    ``base_argv(node, extra)`` is the launcher's ``ssh [options] [extra] -- node`` (no remote command);
+    ``timeout_s`` bounds a master's authentication.  A node's master is made in the background on its first
+    use, which connects directly as it would without sharing (an unreachable node fails exactly as before,
+    never twice as slowly); later commands ride the master once its socket is there."""
 
-    def __init__(self, base_argv: Callable[[str], list[str]], timeout_s: float) -> None:
+    def __init__(self, base_argv: Callable[[str, Sequence[str]], list[str]], timeout_s: float) -> None:
         self._base_argv = base_argv
         self._timeout_s = timeout_s
         self._dir: str | None = None
@@ -119,9 +121,7 @@ class SharedConnections:
                 self._sockets[node] = socket
 
     def _master_argv(self, node: str, path: str, *extra: str) -> list[str]:
-        argv = self._base_argv(node)
-        cut = len(argv) - 2  # before "--", node
-        return [*argv[:cut], *extra, "-o", f"ControlPath={path}", *argv[cut:]]
+        return self._base_argv(node, [*extra, "-o", f"ControlPath={path}"])
 
     def _socket(self, node: str, path: str) -> str | None:
         """The node's socket file (ssh names it by a hash of host, port and user: ``-G`` resolves it)."""
@@ -160,8 +160,6 @@ class SharedConnections:
     def close(self) -> None:
         """End every master this launcher made (in parallel, after any still being made) and remove the socket
         directory."""
-        from pytest_sskj.server.launcher import on_each
-
         with self._lock:
             self.closed = True
             making = list(self._making.values())

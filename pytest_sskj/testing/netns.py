@@ -40,16 +40,23 @@ def _namespace_pids(namespace: str) -> set[int]:
     return {int(p) for p in out.stdout.split()}
 
 
+def _split(namespace: str, listener: int) -> tuple[set[int], set[int]]:
+    """The host's processes but its sshd listener, as (sshd connection processes, everything else): one read."""
+    pids = _namespace_pids(namespace) - {listener}
+    sshd = {p for p in pids if _cmdline(p).startswith("sshd:")}
+    return sshd, pids - sshd
+
+
 def ssh_connections(namespace: str, listener: int) -> set[int]:
     """The host's sshd connection processes (``sshd: root@notty``, one per open ssh connection: the launcher's
     shared master holds one while it is up), not its listener."""
-    return {p for p in _namespace_pids(namespace) - {listener} if _cmdline(p).startswith("sshd:")}
+    return _split(namespace, listener)[0]
 
 
 def host_processes(namespace: str, listener: int) -> set[int]:
     """Every process "on" a host (``ip netns pids``) but sshd's own (its listener and its connection
     processes): what a rank tree or a stray of one leaves there."""
-    return _namespace_pids(namespace) - {listener} - ssh_connections(namespace, listener)
+    return _split(namespace, listener)[1]
 
 
 @contextlib.contextmanager
