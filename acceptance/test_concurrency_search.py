@@ -28,6 +28,6 @@ def test_concurrency_search(
         )
     backend, chunk = sskj_search_config
     sskj_acceptance.label(sskj_site, story="concurrency search", backend=backend, chunk=chunk, mode=settings.search)
-    result = sskj_acceptance.search(backend, chunk, request.node.nodeid)
+    result = sskj_acceptance.search(backend, chunk, request.node.nodeid, item=request.node)
     print(result.message())
     assert result.passed, f"{SLO} {backend} chunk {chunk}: {result.message()}"

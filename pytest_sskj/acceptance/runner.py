@@ -227,11 +227,19 @@ class PointRunner:
 
     # -- the point -------------------------------------------------------------------------------------
     def run(
-        self, point: Point, pool: ServingPool, bench: BenchFn, *, test_id: str = "", then: Point | None = None
+        self,
+        point: Point,
+        pool: ServingPool,
+        bench: BenchFn,
+        *,
+        test_id: str = "",
+        then: Point | None = None,
+        after: Point | None = None,
     ) -> PointOutcome:
         """Run ``point`` (or return its outcome from this session, or from disk on ``--resume``); ``then``: the
-        point that runs next, whose server (when it is another one) the pool may start once this point's bench
-        is over (``ServingPool.prepare``)."""
+        point that runs next, whose server (when it is another one) the pool may start and warm once this
+        point's bench is over (``ServingPool.prepare``); ``after``: the point after ``then``, whose server the
+        pool may start then too and keep idle (``prepare``'s ``ahead``)."""
         if point.id in self.outcomes:
             return self.outcomes[point.id]
         if self.settings.resume:
@@ -256,8 +264,9 @@ class PointRunner:
             return self._finish(outcome)
         self.store.reset(point.id)  # a re-measured point replaces an aborted attempt's records
         t0 = time.perf_counter()
+        server: Serving | None = None
         try:
-            self._measure(point, spec, pool, bench, outcome, then)
+            server = self._measure(point, spec, pool, bench, outcome, (then, after))
         except BaseException as exc:  # pytest-timeout (signal method), Ctrl-C or SIGTERM in the middle of the point
             outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -287,12 +296,13 @@ class PointRunner:
             raise
         outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
         self._finish(outcome)
-        if outcome.passed:
-            self._agreement_probes(point, spec, pool)
+        if outcome.passed and server is not None:
+            self._agreement_probes(point, server)
         return outcome
 
-    def _agreement_probes(self, point: Point, spec: ServerSpec, pool: ServingPool) -> None:
-        """Output agreement: this point's greedy probes (if it runs any) while its server is still up."""
+    def _agreement_probes(self, point: Point, server: Serving) -> None:
+        """Output agreement: this point's greedy probes (if it runs any) while its server is still up (the
+        next points' servers may be starting meanwhile: nothing is measured)."""
         from pytest_sskj.acceptance import agreement as agr
         from pytest_sskj.engines import get_engine
         from pytest_sskj.report import allure
@@ -311,7 +321,6 @@ class PointRunner:
         probes = agr.probe_set(s.seed, s.agreement_prompts, isl=s.isl, osl=s.osl)
         what = ", ".join(f"{r} at C={c}" for r, c in roles)
         with allure.step(f"output agreement probes ({len(probes.prompts)} greedy prompts: {what})"):
-            server = pool.get(spec)
             agr.run_roles(
                 server.urls[0],
                 get_engine(s.engine).token_ids,
@@ -336,22 +345,22 @@ class PointRunner:
         pool: ServingPool,
         bench: BenchFn,
         outcome: PointOutcome,
-        then: Point | None = None,
-    ) -> None:
-        """The point's phases, in order: 1 launch, 2 bench (watched, with telemetry), then the next point's
-        server starting early (:meth:`_prepare_next`), 3 log scan, 4 the bench's metrics and telemetry summary,
+        upcoming: tuple[Point | None, Point | None] = (None, None),
+    ) -> Serving | None:
+        """The point's phases, in order: 1 launch, 2 bench (watched, with telemetry), then the next points'
+        servers starting early (:meth:`_prepare_next`), 3 log scan, 4 the bench's metrics and telemetry summary,
         5 the liveness verdict, 6 the config re-check, 7 the oracle, 8 client-boundness.  A phase that fails
-        the point ends it."""
+        the point ends it.  Returns the point's server (``None``: it did not launch or did not survive)."""
         server = self._launch(point, spec, pool, outcome)
         if server is None:
-            return
+            return None
         _attach_commands(server)
         mark = server.mark()
         out_dir = self.store.point_dir(point.id)
         with point_telemetry(server, pool.launcher, out_dir) as telemetry:
             result, crash = self._bench_watched(point, spec, pool, bench, server, out_dir)
         if crash is None:
-            self._prepare_next(pool, spec, then)
+            self._prepare_next(pool, spec, *upcoming)
         findings = self._scan(server, mark, outcome)
         if result is not None:
             self._record(point, result, out_dir, outcome)
@@ -361,20 +370,36 @@ class PointRunner:
         crash = crash or self._after_bench(point, spec, server, result, findings)
         if crash is not None:
             self._crashed(pool, spec, point, outcome, crash)
-            return
+            return None
         self._judge(server, spec, outcome)
+        return server
 
-    def _prepare_next(self, pool: ServingPool, spec: ServerSpec, then: Point | None) -> None:
+    def _prepare_next(self, pool: ServingPool, spec: ServerSpec, then: Point | None, after: Point | None) -> None:
         """After the bench, nothing of this point is measured any more: the pool may start the next point's
-        server now (``ServingPool.prepare``), beside this one, whose post-bench phases still use it."""
-        if then is None or then.id in self.outcomes:
+        server now (``ServingPool.prepare``), beside this one, whose post-bench phases still use it, and warm
+        it; and start the server of the point after it (``ahead``), to be warmed at the next transition."""
+        nxt = self._upcoming(then)
+        later = self._upcoming(after) if nxt is not None else None
+        if nxt is None or nxt == spec:  # this server serves the next point too: only the one after it starts
+            if later is not None and later != spec:
+                pool.prepare(later)
             return
-        nxt = self.spec_for(then)
-        if nxt == spec or nxt.key() in self.broken:
-            return
-        if self.settings.resume and self.store.finished(then.id) is not None:
-            return
-        pool.prepare(nxt, then=self.warmups.hook(then.id, self.workload(then), then.repeat, self.timeouts(then)))
+        # (``after`` on this point's spec: a fresh server of it, since ``then``'s get stops this one)
+        ahead = later if later != nxt else None
+        assert then is not None
+        warm = self.warmups.hook(then.id, self.workload(then), then.repeat, self.timeouts(then))
+        pool.prepare(nxt, then=warm, ahead=ahead)
+
+    def _upcoming(self, point: Point | None) -> ServerSpec | None:
+        """``point``'s server spec, when it is still to be measured by a server that did not fail."""
+        if point is None or point.id in self.outcomes:
+            return None
+        spec = self.spec_for(point)
+        if spec.key() in self.broken:
+            return None
+        if self.settings.resume and self.store.finished(point.id) is not None:
+            return None
+        return spec
 
     def _crashed(
         self, pool: ServingPool, spec: ServerSpec, point: Point, outcome: PointOutcome, crash: tuple[str, str]

@@ -94,8 +94,12 @@ class Acceptance:
         allure.parameters(**params)
 
     # -- points --------------------------------------------------------------------------------------
-    def serve(self, point: Point, item: pytest.Item | None = None) -> PointOutcome:
-        """Measure ``point`` once per session (or reuse it from ``--resume`` / another xdist worker)."""
+    def serve(
+        self, point: Point, item: pytest.Item | None = None, *, within: pytest.Item | None = None
+    ) -> PointOutcome:
+        """Measure ``point`` once per session (or reuse it from ``--resume`` / another xdist worker).
+        ``item``: the test this point is (its id, its server's log window); ``within``: the test that measures
+        it among others (a search step), whose next tests tell which servers come next."""
         from filelock import FileLock
 
         if point.id in self.runner.outcomes:
@@ -116,42 +120,45 @@ class Acceptance:
                     self.runner.outcomes[point.id] = out
                     return out
             try:
-                outcome = self.runner.run(
-                    point, self.pool(), self.bench(), test_id=test_id, then=self._next_point(item)
-                )
+                then, after = self._next_points(item or within)
+                outcome = self.runner.run(point, self.pool(), self.bench(), test_id=test_id, then=then, after=after)
             finally:
                 self.live.finish()
         if item is not None and not outcome.resumed:
             self._attach_server(item, point)
         return outcome
 
-    def _next_point(self, item: pytest.Item | None) -> Point | None:
-        """The point the next measuring test after ``item`` starts with, whose server the pool may start early
-        (``None``: none is known, or this is an xdist worker, whose next test the scheduler decides).
+    def _next_points(self, item: pytest.Item | None) -> tuple[Point | None, Point | None]:
+        """The points the next two measuring tests after ``item`` start with, whose servers the pool may start
+        early (``None``: none is known, or this is an xdist worker, whose next test the scheduler decides).
 
         Tests whose points are measured already (SLO gates, comparisons, curves: they read the serving
         points) are looked past, so the last serving point starts the first search's server; only where the
-        sequential design cannot add repeat pairs in between (``--sskj-max-repeats`` above ``--repeats``)."""
+        sequential design cannot add repeat pairs in between (``--sskj-max-repeats`` above ``--repeats``).
+        A search is one measuring test: its steps share one server, and the point after it is the next
+        test's."""
         if item is None or hasattr(self.config, "workerinput"):
-            return None
+            return None, None
         items = item.session.items
         at = next((i for i, it in enumerate(items) if it is item), None)
         if at is None:
-            return None
-        s = self.settings
-        may_extend = self.design().sequential  # extra A/B pairs may be measured between the tests
+            return None, None
+        found: list[Point | None] = []
+        may_extend = self.design().sequential or self.settings.resume  # other points may come in between
         for later in items[at + 1 :]:
             callspec = getattr(later, "callspec", None)
             params = callspec.params if callspec is not None else {}
             nxt = params.get("sskj_point")
-            if isinstance(nxt, Point):
-                if nxt.id not in self.runner.outcomes:
-                    return nxt
+            if isinstance(nxt, Point) and nxt.id not in self.runner.outcomes:
+                found.append(nxt)
             elif "sskj_search_config" in params:
-                return self._first_search_point(params["sskj_search_config"])
-            if may_extend or s.resume:
-                return None
-        return None
+                found.append(self._first_search_point(params["sskj_search_config"]))
+            elif may_extend:  # a test that may measure more repeat pairs first
+                break
+            if len(found) == 2 or (found and found[-1] is None):
+                break
+        found += [None, None]
+        return found[0], found[1] if found[0] is not None else None
 
     def _first_search_point(self, config: object) -> Point | None:
         """The first step of the search test parametrized with ``config`` (``(backend, chunk)``)."""
@@ -418,8 +425,11 @@ class Acceptance:
         )
         return all_ok, message, gates
 
-    def search(self, backend: str, chunk: int | None, test_id: str = "") -> SearchResult:
-        """The adaptive concurrency search of one (backend, chunk); steps on disk, resumable."""
+    def search(
+        self, backend: str, chunk: int | None, test_id: str = "", *, item: pytest.Item | None = None
+    ) -> SearchResult:
+        """The adaptive concurrency search of one (backend, chunk); steps on disk, resumable.  ``item``: the
+        search's test, whose next tests tell the pool which servers to start early."""
         s = self.settings
         cfg = f"{backend}-chunk{chunk}"
         log = StepLog(s.run_dir / "search" / cfg / f"steps-{s.search}.jsonl")
@@ -430,7 +440,7 @@ class Acceptance:
         )
 
         def measure(c: int) -> dict[str, Any]:
-            out = self.serve(Point(backend, chunk, c, 0, 0, kind="search"))
+            out = self.serve(Point(backend, chunk, c, 0, 0, kind="search"), within=item)
             metrics: dict[str, Any] = {
                 k: v for k, v in out.row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
             }

@@ -48,6 +48,9 @@ class Warmups:
         def warm(server: Serving) -> None:
             if workload.warmup <= 0 or server.external:
                 return
+            earlier = self._sent.get(point_id)
+            if earlier is not None and earlier[0] is server:  # warmed for this point already (a spare kept on)
+                return
             from pytest_sskj.bench.runner import run_warmup
 
             try:

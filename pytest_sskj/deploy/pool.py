@@ -266,7 +266,9 @@ class DeploymentPool:
     def stop(self, spec: ServerSpec) -> None:
         self._stop_all()
 
-    def prepare(self, spec: ServerSpec, then: Callable[[Serving], None] | None = None) -> None:
+    def prepare(
+        self, spec: ServerSpec, then: Callable[[Serving], None] | None = None, *, ahead: ServerSpec | None = None
+    ) -> None:
         """A deployment's groups hold every GPU of its nodes: nothing starts early (the seam's no-op)."""
 
     def _stop_all(self) -> None:

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Generator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -26,6 +26,9 @@ from pytest_sskj.report.results import ResultsWriter, read_results, read_verdict
 from pytest_sskj.report.scrub import scrub, settings_secrets
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import EXTRA_KEY, MANIFEST_KEY, SETTINGS_KEY
+
+if TYPE_CHECKING:
+    from pytest_sskj.report.plot_drawing import PlotDrawing
 
 __all__ = ["Reporter", "regenerate"]
 
@@ -48,9 +51,13 @@ def regenerate(
     baseline: str | None = None,
     backends: tuple[str, ...] = (),
     slo: tuple[str, ...] = (),
+    drawing: PlotDrawing | None = None,
 ) -> dict[str, Any]:
     """Rewrite ``summary.md`` (and, with ``plots``, every PNG) from the files of ``run_dir``; also used by
-    ``python -m pytest_sskj report summary`` on a crashed run.  Returns what was written."""
+    ``python -m pytest_sskj report summary`` on a crashed run.  Returns what was written.
+
+    The plots are drawn by child processes (:func:`pytest_sskj.report.plot_drawing.draw_plots`); ``drawing``: one
+    already started from the same files (the reporter starts it as the terminal summary begins), waited for."""
     from pytest_sskj.report.summary import render_summary, write_medians
     from pytest_sskj.rundir import atomic_write_text
 
@@ -63,9 +70,9 @@ def regenerate(
     backends = backends or tuple(str(b) for b in settings.get("backends") or ())
     written: list[Path] = []
     if plots:
-        from pytest_sskj.report.plots import render_all
+        from pytest_sskj.report.plot_drawing import draw_plots
 
-        written = render_all(run_dir, results.rows, verdicts.rows, backends, slo)
+        written = (drawing or draw_plots(run_dir, results.rows, verdicts.rows, slo)).wait()
     else:
         written = sorted((run_dir / "plots").glob("*.png"))
     problems = [p for p in [*results.problems, *verdicts.problems] if not p.startswith("no results.jsonl")]
@@ -118,6 +125,8 @@ class Reporter:
         self.finished = False
         """Whether the end-of-session reports were written (at the terminal summary, or at session finish)."""
         self._deselected_ids: set[str] = set()
+        self._drawing: PlotDrawing | None = None
+        """The session's plots being drawn by child processes, from the start of the terminal summary on."""
 
     @property
     def alluredir(self) -> Path | None:
@@ -180,6 +189,9 @@ class Reporter:
             sskj_allure.attach_file(path)
 
     def _summary(self, *, plots: bool) -> dict[str, Any] | None:
+        drawing = self._drawing if plots else None  # the plots started at the terminal summary (start_plots)
+        if plots:
+            self._drawing = None
         try:
             return regenerate(
                 self.settings.run_dir,
@@ -187,10 +199,28 @@ class Reporter:
                 baseline=self.settings.baseline,
                 backends=self.settings.backends,
                 slo=tuple(str(g) for g in self.settings.slo),
+                drawing=drawing,
             )
         except Exception as exc:  # reporting problems are reported, they do not fail tests
             _log.warning("pytest-sskj: could not regenerate %s/summary.md: %s", self.settings.run_dir, exc)
             return None
+        finally:
+            if drawing is not None:
+                drawing.close()  # waited for already, unless regenerate failed first
+
+    def start_plots(self) -> None:
+        """Start drawing the session's plots in child processes, on the cores the finished benchmarks left idle,
+        while the other plugins write their terminal summaries; :meth:`_finish` waits for them."""
+        if self.is_worker or not self.enabled or self.finished or self._drawing is not None or self._interrupted():
+            return
+        from pytest_sskj.report.plot_drawing import draw_plots
+
+        run_dir = self.settings.run_dir
+        try:
+            rows, verdicts = read_results(run_dir).rows, read_verdicts(run_dir).rows
+            self._drawing = draw_plots(run_dir, rows, verdicts, tuple(str(g) for g in self.settings.slo))
+        except Exception as exc:  # regenerate draws them itself then
+            _log.warning("pytest-sskj: could not start drawing the plots of %s: %s", run_dir, exc)
 
     # -- controller only ---------------------------------------------------------------------------
     @pytest.hookimpl(trylast=True)
@@ -315,10 +345,11 @@ class Reporter:
             return
         self.outcomes.record(report)
 
-    @pytest.hookimpl
+    @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         """Write outcomes, ``summary.md`` and the plots before pytest's final line (the foundation completed
-        the manifest first, so the summary shows the final status), and say so on the terminal."""
+        the manifest first, so the summary shows the final status), and say so on the terminal.  Last of the
+        terminal summaries: the plots, started as the first (:class:`_PlotStarter`), draw during the others."""
         if self.is_worker or not self.enabled or self.finished:
             return
         if (self.settings.run_dir / "results.csv").is_file():  # plots take seconds: say what is happening
@@ -367,6 +398,9 @@ class Reporter:
 
     def _finish(self, exitstatus: int) -> None:
         self.finished = True
+        if self._interrupted() and self._drawing is not None:
+            self._drawing.close()  # a signal came after the plots were started: the user wants out
+            self._drawing = None
         self.outcomes.write(complete=True, exitstatus=exitstatus)
         self._record_session()
         facts = self._summary(plots=not self._interrupted()) or {}
@@ -383,6 +417,25 @@ class Reporter:
             manifest.data = scrub(manifest.data, self.secrets)
             manifest.update(report=report)
 
+    @pytest.hookimpl
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._drawing is not None:  # started, never waited for (the session ended before its reports)
+            self._drawing.close()
+            self._drawing = None
+
+
+class _PlotStarter:
+    """The first terminal summary: every test (and with it every benchmark and server) is done, so the reporter
+    starts drawing the plots now, and the other plugins' summaries (the acceptance summary, the history line,
+    third-party ones) run while they draw."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_terminal_summary(self) -> None:
+        self.reporter.start_plots()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
@@ -391,3 +444,4 @@ def pytest_configure(config: pytest.Config) -> None:
     reporter = Reporter(config, settings)
     config.stash[EXTRA_KEY]["reporter"] = reporter
     config.pluginmanager.register(reporter, REPORTER)
+    config.pluginmanager.register(_PlotStarter(reporter), f"{REPORTER}-plots")

@@ -125,6 +125,11 @@ class StartsEarly(Protocol):
         """Every thread of these trees onto the server's cores; raises ``LauncherError`` if one stays off."""
         ...
 
+    def spread(self, handles: Sequence[ProcessHandle]) -> None:
+        """Let these running trees use the client's cores too, until :meth:`settle` (their work is not measured
+        meanwhile: a finished point's agreement probes, a spare's warmup); best effort."""
+        ...
+
 
 class LauncherClass(Protocol):
     """A launcher implementation: builds its launcher for a session from the resolved settings."""

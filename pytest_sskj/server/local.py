@@ -182,6 +182,14 @@ class LocalLauncher:
                 + ", ".join(off[:5])
             )
 
+    def spread(self, handles: Sequence[ProcessHandle]) -> None:
+        """Every thread of ``handles``' trees onto the client's and the server's cores (a no-op when nothing is
+        pinned); :meth:`settle` moves them back before anything measures them."""
+        part = self.partition
+        if part is None or not part.pinned:
+            return
+        cpu_partition.pin_tree([pid for h in handles for pid in h.pids()], (*part.server, *part.client))
+
     def start_many(self, items: Sequence[tuple[NodeCommand, Path]]) -> list[LocalProcess]:
         """Start every ``(command, log path)`` in order; a failure stops what was already started."""
         return start_in_order(self.start, items)

@@ -69,6 +69,10 @@ class RunningServer:
     """Seconds from the first spawn to rank-0 health (``None`` for an external server)."""
     external: bool = False
     notes: list[str] = field(default_factory=list)
+    release: Callable[[], None] | None = field(default=None, repr=False)
+    """The pre-flight's release (GPU leases), called once when the server stops (the pool's own)."""
+    spread: bool = field(default=False, repr=False)
+    """On the client's cores too (``StartsEarly.spread``) until the pool settles it again (the pool's own)."""
     _info: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -207,7 +211,6 @@ class ServerPool:
         returns extra environment for every rank (``CUDA_VISIBLE_DEVICES``) and a release callback, or
         raises to refuse the launch."""
         self.on_started = on_started
-        self._releases: dict[ServerSpec, Callable[[], None]] = {}
         """Part of every log file name (the xdist worker id), so workers never share a log."""
         self.running: dict[ServerSpec, RunningServer] = {}
         self.failed: dict[ServerSpec, ServerError] = {}
@@ -217,7 +220,12 @@ class ServerPool:
         self.close_report: CloseReport | None = None
         self._addresses: dict[str, str] = {}
         self._pending: dict[ServerSpec, Future[RunningServer]] = {}
-        """Servers :meth:`prepare` is starting in the background (one at a time), by spec."""
+        """Servers :meth:`prepare` is starting (or warming) in the background, by spec."""
+        self._unreported: set[ServerSpec] = set()
+        """Specs whose prepared start failed and whose :meth:`get` has not raised that error yet."""
+        self.spares: dict[ServerSpec, RunningServer] = {}
+        """Healthy servers started ahead of their turn, on the server's cores and idle (no CPU) until a
+        :meth:`prepare` warms one or a :meth:`get` takes it; not in :attr:`running`."""
         self._executor: ThreadPoolExecutor | None = None
 
     # -- launcher ------------------------------------------------------------------------------------
@@ -238,11 +246,17 @@ class ServerPool:
     # -- the public API ------------------------------------------------------------------------------
     def get(self, spec: ServerSpec) -> RunningServer:
         """The running server for ``spec``: reused, prepared (:meth:`prepare`), or started (stopping any other
-        spec's server first)."""
+        spec's server first).  Whatever :meth:`prepare` has in flight ends first: nothing starts or warms up
+        while the returned server is in use."""
         if self.closed:
             raise ServerLaunchError("the server pool is closed (session teardown or SIGTERM); nothing is launched")
         if self.target_url is not None:
             return self._external(spec)
+        if spec in self._pending and spec not in self.running:
+            self._replace_with_prepared(spec)
+        self._settle_pending(keep=spec)
+        if spec in self.spares and spec not in self.running:
+            self.running[spec] = self.spares.pop(spec)  # started ahead, never warmed: its bench sends the warmup
         running = self.running.get(spec)
         if running is not None:
             broken = []
@@ -250,22 +264,17 @@ class ServerPool:
                 running.oracle.scan()
                 broken = running.oracle.fatal()
             if running.alive() and not broken:
+                self._stop_others(spec)
+                self._settle(running)
                 return running
             self.stop(spec)  # it died, or logged a fatal signature, between tests: start a fresh one
-        failed_before = spec in self.failed
-        if spec in self._pending:
-            self._replace_with_prepared(spec)
-        self._settle_pending(keep=spec)
-        prepared = self.running.get(spec)
         if spec in self.failed:
             err = self.failed[spec]
-            if not failed_before:  # its prepared start failed just now: the launch's own error
+            if spec in self._unreported:  # its prepared start failed: the launch's own error, once
+                self._unreported.discard(spec)
                 raise err
             raise type(err)(f"{err}\n  (this spec already failed to start earlier in this session; not retried)")
-        for other in [s for s in self.running if s != spec]:
-            self.stop(other)
-        if prepared is not None:
-            return prepared
+        self._stop_others(spec)
         try:
             server = self._start(spec)
         except ServerError as exc:
@@ -274,25 +283,74 @@ class ServerPool:
         self.running[spec] = server
         return server
 
-    def prepare(self, spec: ServerSpec, then: Callable[[Serving], None] | None = None) -> None:
+    def _stop_others(self, spec: ServerSpec) -> None:
+        for other in [s for s in self.running if s != spec]:
+            self.stop(other)
+
+    def prepare(
+        self,
+        spec: ServerSpec,
+        then: Callable[[Serving], None] | None = None,
+        *,
+        ahead: ServerSpec | None = None,
+    ) -> None:
         """Start ``spec``'s server in the background while the current one still runs, so that the next
         :meth:`get` of ``spec`` finds it healthy (or raises what its start raised).
 
         Only for engines whose servers may share the machine for a moment (``Engine.restart_cost ==
         "cheap"``: the embedded CPU engine; two GPU servers would compete for the same GPUs), and only when
         nothing is measured meanwhile: the acceptance runner asks after a point's bench, while the point's
-        post-bench phases (log scan, records, config re-check, agreement probes) run.  A no-op for an external,
-        running, failed or already prepared spec.  A prepared server that no :meth:`get` asks for is stopped
-        at the next :meth:`get` (a redundant start, counted as such) or at :meth:`close`.  ``then``: called
-        with the healthy server on the preparing thread (the runner sends the next point's warmup); what it
-        raises is logged and dropped."""
-        if self.closed or self.target_url is not None or self._pending:
+        post-bench phases (log scan, records, config re-check, agreement probes) run, and every :meth:`get`
+        waits for what is in flight before it hands a server out.  A no-op for an external, running, failed
+        or already prepared spec.  ``then``: called with the healthy server on the preparing thread (the
+        runner sends the next point's warmup); what it raises is logged and dropped.
+
+        ``ahead``: the spec asked for after ``spec``.  Its server is started too, beside ``spec``'s warmup
+        (the two use both cores while nothing is measured), moved onto the server's cores and left idle as a
+        spare (an idle server takes no CPU) through ``spec``'s bench; the next ``prepare`` of it only warms
+        it, so a transition waits for one warmup instead of a start and a warmup.  A spare that the next
+        ``prepare`` names neither as ``spec`` nor as ``ahead`` is stopped there (its start counted, a
+        redundant one); :meth:`close` stops every spare."""
+        if self.closed or self.target_url is not None:
             return
-        if spec in self.running or spec in self.failed or get_engine(spec.engine).restart_cost != "cheap":
+        if get_engine(spec.engine).restart_cost != "cheap":
             return
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sskj-prepare")
-        self._pending[spec] = self._executor.submit(self._start_then, spec, then)
+        for spare in [s for s in self.spares if s not in (spec, ahead)]:
+            self._stop_server(self.spares.pop(spare))
+        for server in self.running.values():  # its bench is over: its probes may use the client's core too
+            self._spread(server)
+        if spec not in self.running and spec not in self.failed and spec not in self._pending:
+            spare_server = self.spares.pop(spec, None)
+            if spare_server is not None:
+                self._pending[spec] = self._submit(self._warm, spec, spare_server, then)
+            else:
+                self._pending[spec] = self._submit(self._start_then, spec, then)
+        if ahead is not None and ahead != spec and get_engine(ahead.engine).restart_cost == "cheap":
+            # (a running server of the same spec is not it: ``spec``'s get stops that one, a fresh one follows)
+            if not any(ahead in d for d in (self.failed, self._pending, self.spares)):
+                self._pending[ahead] = self._submit(self._start_then, ahead, None)
+
+    def _submit(self, fn: Callable[..., RunningServer], *args: Any) -> Future[RunningServer]:
+        if self._executor is None:  # two: the next server's warmup beside the start of the one after it
+            self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sskj-prepare")
+        return self._executor.submit(fn, *args)
+
+    def _warm(self, spec: ServerSpec, server: RunningServer, then: Callable[[Serving], None] | None) -> RunningServer:
+        """A spare's turn is next: ``then`` (its warmup) on the preparing thread, on the client's cores too
+        (the previous server's probes take the server's), then back onto the server's cores."""
+        self._spread(server)
+        self._then(spec, server, then)
+        return server
+
+    def _spread(self, server: RunningServer) -> None:
+        if isinstance(self.launcher, StartsEarly) and not server.external:
+            server.spread = True
+            self.launcher.spread(server.handles)
+
+    def _settle(self, server: RunningServer) -> None:
+        if server.spread and isinstance(self.launcher, StartsEarly):
+            self.launcher.settle(server.handles)
+        server.spread = False
 
     def _start_then(self, spec: ServerSpec, then: Callable[[Serving], None] | None) -> RunningServer:
         """The prepared start: on the client's cores too where the launcher allows (:class:`StartsEarly`;
@@ -301,6 +359,11 @@ class ServerPool:
         early = self.launcher if isinstance(self.launcher, StartsEarly) else None
         with early.early() if early is not None else contextlib.nullcontext():
             server = self._start(spec)
+        self._then(spec, server, then)
+        return server
+
+    def _then(self, spec: ServerSpec, server: RunningServer, then: Callable[[Serving], None] | None) -> None:
+        early = self.launcher if isinstance(self.launcher, StartsEarly) else None
         try:
             if then is not None:
                 try:
@@ -311,34 +374,37 @@ class ServerPool:
                     )
             if early is not None:
                 early.settle(server.handles)
+                server.spread = False
         except BaseException:
             self._terminate(server.handles)
             raise
-        return server
 
     def _settle_pending(self, keep: ServerSpec | None = None) -> None:
-        """Wait for the prepared servers: ``keep``'s joins :attr:`running` (or :attr:`failed`), any other
-        spec's is stopped again."""
+        """Wait for everything :meth:`prepare` has in flight: ``keep``'s server joins :attr:`running` (or
+        :attr:`failed`), the others become spares (a start ahead, or a warmed server whose turn comes later)."""
         for spec, fut in list(self._pending.items()):
             del self._pending[spec]
             try:
                 server = fut.result()
             except ServerError as exc:
                 self.failed[spec] = exc
+                self._unreported.add(spec)
                 continue
-            self.running[spec] = server
-            if spec != keep:
-                self.stop(spec)
+            if spec == keep and spec not in self.running:
+                self.running[spec] = server
+            else:  # (a fresh server of the running spec follows the running one: a spare too)
+                self.spares[spec] = server
 
     def stop(self, spec: ServerSpec) -> None:
         """Stop the server of ``spec`` (every rank's whole process tree); a no-op when it is not running."""
         if spec in self._pending:
             self._settle_pending(keep=spec)
-        server = self.running.pop(spec, None)
+        server = self.running.pop(spec, None) or self.spares.pop(spec, None)
         if server is not None:
-            self._stop_server(server, self._releases.pop(spec, None))
+            self._stop_server(server)
 
-    def _stop_server(self, server: RunningServer, release: Callable[[], None] | None) -> None:
+    def _stop_server(self, server: RunningServer) -> None:
+        release, server.release = server.release, None
         try:
             self._terminate(server.handles)
         finally:
@@ -351,11 +417,11 @@ class ServerPool:
         """The other running servers stop while ``spec``'s prepared start (a cheap engine, :meth:`prepare`)
         finishes: their trees' exits (20-40 ms each here) overlap that wait instead of following it, and all
         are gone before :meth:`get` returns, so nothing of them overlaps the next measured phase."""
-        others = [(self.running.pop(o), self._releases.pop(o, None)) for o in list(self.running) if o != spec]
+        others = [self.running.pop(o) for o in list(self.running) if o != spec]
         if not others:
             return
         with ThreadPoolExecutor(max_workers=len(others), thread_name_prefix="sskj-stop") as ex:
-            stops = [ex.submit(self._stop_server, server, release) for server, release in others]
+            stops = [ex.submit(self._stop_server, server) for server in others]
             self._settle_pending(keep=spec)  # (a failed start lands in self.failed: get() raises it)
             for fut in stops:
                 fut.result()
@@ -374,7 +440,7 @@ class ServerPool:
             self._settle_pending()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
-        for spec in list(self.running):
+        for spec in [*self.running, *self.spares]:
             self.stop(spec)
         leftover = {_rank_key(h.node, h.rank): pids for h in self.launched if (pids := h.pids())}
         if self._launcher is not None:
@@ -481,8 +547,7 @@ class ServerPool:
             if release is not None:
                 release()
             raise
-        if release is not None:
-            self._releases[spec] = release
+        server.release = release
         if self.on_started is not None:
             self.on_started(server)
         return server

@@ -74,11 +74,15 @@ class ServingPool(Protocol):
         """Stop the deployment of ``spec`` (every process tree on every node)."""
         ...
 
-    def prepare(self, spec: ServerSpec, then: Callable[[Serving], None] | None = None) -> None:
+    def prepare(
+        self, spec: ServerSpec, then: Callable[[Serving], None] | None = None, *, ahead: ServerSpec | None = None
+    ) -> None:
         """Start ``spec`` early, while nothing is measured, where the engine allows two deployments at once
         (a no-op elsewhere); the next ``get(spec)`` returns it.  ``then`` is called with it once it is healthy,
         on the preparing thread, before that ``get`` returns (the runner sends the next point's warmup there);
-        what ``then`` raises is logged, never raised by ``get``."""
+        what ``then`` raises is logged, never raised by ``get``.  ``ahead``: the spec asked for after
+        ``spec``, which may be started now too and kept idle (unwarmed) until a later ``prepare``/``get`` of
+        it.  Nothing prepared runs while a server is in use: every ``get`` first waits for all of it."""
         ...
 
     @property

@@ -69,6 +69,8 @@ class FakePool:
         self.servers: dict[ServerSpec, FakeServer] = {}
         self.stopped: list[str] = []
         self.prepared: list[str] = []
+        self.calls: list[tuple[str, bool, str | None]] = []
+        """``(spec, a then hook given, ahead spec)`` per ``prepare``."""
         self.gets = 0
 
     def get(self, spec: ServerSpec) -> FakeServer:
@@ -77,8 +79,9 @@ class FakePool:
             raise ServerLaunchError(f"{spec.label}: local rank 0 exited with code 3 before it was healthy")
         return self.servers.setdefault(spec, FakeServer(spec))
 
-    def prepare(self, spec: ServerSpec, then: Any = None) -> None:
+    def prepare(self, spec: ServerSpec, then: Any = None, *, ahead: ServerSpec | None = None) -> None:
         self.prepared.append(spec.label)
+        self.calls.append((spec.label, then is not None, ahead.label if ahead is not None else None))
 
     def stop(self, spec: ServerSpec) -> None:
         self.stopped.append(spec.label)
@@ -186,6 +189,24 @@ def test_crash_mid_point_fails_it_and_marks_the_rest_not_run(runner: tuple[Point
     assert other.passed, "another spec is not affected"
     assert [r["status"] for r in rows] == ["failed", "not_run", "passed"]
     assert sorted(run.store.ids()) == ["parallel-chunk512-c8-r1", "serial-chunk512-c8-r1", "serial-chunk512-c8-r2"]
+
+
+def test_after_the_bench_the_next_server_is_prepared_and_warmed_and_the_one_after_it_started_ahead(
+    runner: tuple[PointRunner, list[dict[str, Any]]],
+) -> None:
+    """A B A B: after A1's bench B1's server is prepared with its warmup and A2's (a fresh server of the running
+    spec) is started ahead; a next point on the same server prepares only the one after it; nothing is
+    prepared for a point that is already measured or whose spec failed."""
+    run, _ = runner
+    pool = FakePool()
+    run.run(_p("serial", 1), pool, good_bench, then=_p("parallel", 1), after=_p("serial", 2))
+    assert pool.calls == [("parallel-chunk512", True, "serial-chunk512")], pool.calls
+    pool.calls.clear()
+    run.run(_p("parallel", 1), pool, good_bench, then=Point("parallel", 512, 16, 1, 3), after=_p("serial", 2))
+    assert pool.calls == [("serial-chunk512", False, None)], f"same server next: only the one after it: {pool.calls}"
+    pool.calls.clear()
+    run.run(_p("serial", 2), pool, good_bench, then=_p("parallel", 1), after=_p("serial", 1))
+    assert pool.calls == [], f"both upcoming points are measured already: nothing to prepare: {pool.calls}"
 
 
 def test_variant_that_cannot_start(runner: tuple[PointRunner, list[dict[str, Any]]]) -> None:

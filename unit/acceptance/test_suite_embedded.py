@@ -312,3 +312,23 @@ def test_hung_server_is_bounded_by_pytest_timeout_torn_down_and_its_config_not_r
     assert row["category"] == "timeout", row
     assert row["reasons"][0].startswith("[timeout] server serial-chunk512 hung during serial-chunk512-c8-r1"), row
     res.stdout.fnmatch_lines(["*server pool closed*every PID on every node is gone*"])
+
+
+@pytest.mark.slow  # a whole interleaved session with searches (~8 s): the slow phase keeps the inner loop short
+def test_every_server_of_an_interleaved_run_and_its_searches_starts_once(pytester: pytest.Pytester) -> None:
+    """The runner starts servers one and two points ahead of their turn (the next one warmed, the one after it
+    idle: A B A B makes it a fresh server of the spec just measured), and each search's server while the
+    previous search still steps: every server run still starts exactly once, none redundant."""
+    res = _run(
+        pytester,
+        "ahead",
+        *("--sskj-search", "double", "--sskj-search-max", "2"),
+        *("-k", "test_serving or test_concurrency_search"),
+    )
+    manifest = json.loads((pytester.path / "reports" / "ahead" / "manifest.json").read_text())
+    line = str(manifest["session"]["overhead"])
+    # 2 backends x 2 repeats of the serving point, and one server per search (C=1 then C=2 on it)
+    ok = "6 server start(s) for 6 server run(s)" in line and ", 0 redundant;" in line
+    assert ok, (line, res.stdout.str()[-3000:])
+    logs = sorted(p.name for p in (pytester.path / "reports" / "ahead" / "logs").rglob("*.log"))
+    assert len(logs) == 6, f"one log per server start: {logs}"

@@ -1,25 +1,29 @@
 """What a saved matplotlib figure shows, as plain data: tests assert on titles, labels, ticks and the drawn
-series instead of pixels.  :func:`capture_figures` records every figure that ``savefig`` writes."""
+series instead of pixels.  :func:`capture_figures` records every figure written as PNG."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
 
 
 def capture_figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every ``Figure`` saved from now on (the file is still written), in order."""
-    from matplotlib.figure import Figure
+    """Every ``Figure`` written as PNG from now on (the file is still written), in order: through ``savefig``
+    or straight through the Agg canvas's ``print_png`` (``report/plots.py``: one draw instead of two)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     saved: list[Any] = []
-    real = Figure.savefig
+    real = FigureCanvasAgg.print_png
 
-    def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
-        saved.append(self)
-        return real(self, *args, **kwargs)
+    @functools.wraps(real)  # savefig passes only the keywords the signature names
+    def spy(self: FigureCanvasAgg, *args: Any, **kwargs: Any) -> Any:
+        out = real(self, *args, **kwargs)  # savefig's layout pass calls it too, and stops it with an exception
+        saved.append(self.figure)
+        return out
 
-    monkeypatch.setattr(Figure, "savefig", spy)
+    monkeypatch.setattr(FigureCanvasAgg, "print_png", spy)
     return saved
 
 

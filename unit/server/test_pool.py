@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -82,7 +83,8 @@ def test_pool_reuses_a_spec_and_stops_the_old_server_before_switching(tmp_path: 
 def test_a_prepared_server_starts_beside_the_running_one_and_the_next_get_takes_it(tmp_path: Path) -> None:
     """``prepare`` (the embedded engine: cheap restarts, servers may share the machine for a moment) starts the
     next spec while the current one runs; ``get`` of it returns that server (one start) and stops the old one;
-    a prepared server nobody asks for is stopped at the next ``get`` (its start counted); close leaves nothing."""
+    a prepared server the next ``get`` does not ask for is kept idle until a ``prepare`` no longer names it,
+    then stopped (its start counted); close leaves nothing."""
     launcher = RecordingLauncher()
     pool = _pool(tmp_path, launcher=launcher)
     try:
@@ -98,13 +100,63 @@ def test_a_prepared_server_starts_beside_the_running_one_and_the_next_get_takes_
         assert b.alive() and list(pool.running) == [SERIAL] and not any(psutil.pid_exists(p) for p in old_pids)
         assert pool.starts == {PARALLEL.key(): 1, SERIAL.key(): 1}, pool.starts
         pool.prepare(PARALLEL)
-        c = pool.get(PARALLEL.with_(chunk=256))  # not the prepared spec: the prepared server is stopped
+        c = pool.get(PARALLEL.with_(chunk=256))  # not the prepared spec: the prepared one waits as a spare
         assert list(pool.running) == [PARALLEL.with_(chunk=256)] and c.alive()
+        assert list(pool.spares) == [PARALLEL] and pool.spares[PARALLEL].alive(), pool.spares
+        unused = [p for pids in pool.spares[PARALLEL].pids().values() for p in pids]
+        pool.prepare(SERIAL)  # names neither it nor it as ahead: the spare is stopped here
+        assert not pool.spares.get(PARALLEL) and not any(psutil.pid_exists(p) for p in unused), pool.spares
         assert pool.starts[PARALLEL.key()] == 2, "the unused prepared start is counted (a redundant start)"
-        pool.prepare(SERIAL)
     finally:
         report = pool.close()
     assert report.clean and report.launched == 5, report.line()
+
+
+def test_a_server_started_ahead_waits_idle_and_its_turn_only_warms_it(tmp_path: Path) -> None:
+    """``prepare(next, then=, ahead=)``: the server after next starts too (A B A B: a *fresh* server of the
+    running spec), sits idle and unwarmed while the next one serves, and the ``prepare`` that makes it next
+    only warms it (``then`` once, on that very server, no second start); nothing of it is handed out before
+    every preparation ended."""
+    pool = _pool(tmp_path)
+    warmed: list[tuple[str, int]] = []
+
+    def warm(tag: str) -> Any:
+        return lambda server: warmed.append((tag, id(server)))
+
+    try:
+        a1 = pool.get(PARALLEL)
+        pool.prepare(SERIAL, then=warm("s1"), ahead=PARALLEL)
+        s1 = pool.get(SERIAL)
+        assert not a1.alive(), "the running server of the other spec stops when the next one is handed out"
+        a2 = pool.spares.get(PARALLEL)
+        assert a2 is not None and a2 is not a1 and a2.alive(), f"a fresh parallel server waits as a spare: {a2}"
+        assert warmed == [("s1", id(s1))], warmed
+        assert pool.starts == {PARALLEL.key(): 2, SERIAL.key(): 1}, pool.starts
+        pool.prepare(PARALLEL, then=warm("a2"), ahead=SERIAL)
+        got = pool.get(PARALLEL)
+        assert got is a2, "the spare is the server handed out: it was started one transition earlier"
+        assert warmed[1:] == [("a2", id(a2))], f"the spare is warmed once, when its turn is next: {warmed}"
+        assert pool.starts == {PARALLEL.key(): 2, SERIAL.key(): 2}, f"no second start of the spare: {pool.starts}"
+        assert not s1.alive() and list(pool.running) == [PARALLEL] and list(pool.spares) == [SERIAL]
+    finally:
+        report = pool.close()
+    assert report.clean and report.launched == 4, report.line()
+
+
+def test_an_ahead_start_that_fails_raises_its_own_error_at_its_first_get(tmp_path: Path) -> None:
+    pool = _pool(tmp_path)
+    bad = PARALLEL.with_(extra_args=("--batch", "0"))
+    try:
+        pool.get(SERIAL)
+        pool.prepare(SERIAL.with_(chunk=256), ahead=bad)
+        pool.get(SERIAL.with_(chunk=256))  # the failed ahead start is recorded, not raised here
+        with pytest.raises(ServerLaunchError, match=r"--batch \(0\) must be >= 1") as e:
+            pool.get(bad)
+        assert "not retried" not in str(e.value), "its own launch error first, not the retry refusal"
+        with pytest.raises(ServerLaunchError, match="not retried"):
+            pool.get(bad)
+    finally:
+        assert pool.close().clean
 
 
 def test_a_prepared_start_that_fails_raises_its_own_error_at_get_and_is_not_retried(tmp_path: Path) -> None:
