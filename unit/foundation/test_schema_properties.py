@@ -107,12 +107,20 @@ def sources(opt: Option) -> list[str]:
     return out
 
 
+LINE_LIST_KINDS = ("append", "env", "ssh_options")
+"""Kinds whose ini key is a pytest ``linelist`` (``pytest_sskj.options``: repeatable options)."""
+
+
 def _usable(opt: Option, value: str, source: str) -> bool:
     """Values a source cannot carry at all (not a schema matter): NUL in the environment or argv, line breaks
-    in an ini ``-o`` override, and empty ini values (pytest reads an empty ini key as unset)."""
+    in an ini ``-o`` override, empty ini values (pytest reads an empty ini key as unset), and whitespace around
+    a line of an ini line list (pytest strips every line, an ini file's indentation: ``-o key=<TAB>x`` is the
+    line ``x``, whatever the schema thinks of a tab)."""
     if "\x00" in value and source in ("env", "cli"):
         return False
     if source == "ini" and (not value.strip() or any(c in value for c in "\n\r")):
+        return False
+    if source == "ini" and opt.kind in LINE_LIST_KINDS and value != value.strip():
         return False
     return not (source == "cli" and opt.kind in ("bool",))
 
