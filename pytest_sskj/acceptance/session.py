@@ -157,8 +157,8 @@ class Acceptance:
                 break
             if len(found) == 2 or (found and found[-1] is None):
                 break
-        found += [None, None]
-        return found[0], found[1] if found[0] is not None else None
+        found += [None, None]  # (a ``None`` found ends the search: nothing is known after it)
+        return found[0], found[1]
 
     def _first_search_point(self, config: object) -> Point | None:
         """The first step of the search test parametrized with ``config`` (``(backend, chunk)``)."""

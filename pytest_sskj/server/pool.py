@@ -359,11 +359,12 @@ class ServerPool:
         early = self.launcher if isinstance(self.launcher, StartsEarly) else None
         with early.early() if early is not None else contextlib.nullcontext():
             server = self._start(spec)
+        server.spread = early is not None  # spawned on the client's cores too
         self._then(spec, server, then)
         return server
 
     def _then(self, spec: ServerSpec, server: RunningServer, then: Callable[[Serving], None] | None) -> None:
-        early = self.launcher if isinstance(self.launcher, StartsEarly) else None
+        """``then(server)``, then the server back onto the server's cores (:meth:`_settle`)."""
         try:
             if then is not None:
                 try:
@@ -372,9 +373,7 @@ class ServerPool:
                     _log.warning(
                         "pytest-sskj: after the early start of %s: %s: %s", spec.label, type(exc).__name__, exc
                     )
-            if early is not None:
-                early.settle(server.handles)
-                server.spread = False
+            self._settle(server)
         except BaseException:
             self._terminate(server.handles)
             raise
