@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_sskj.acceptance import matrix
+from pytest_sskj.acceptance.attachments import attach_commands, attach_file, attach_result, attach_text, step
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.acceptance.warmup import Warmups
@@ -354,7 +355,7 @@ class PointRunner:
         server = self._launch(point, spec, pool, outcome)
         if server is None:
             return None
-        _attach_commands(server)
+        attach_commands(server)
         mark = server.mark()
         out_dir = self.store.point_dir(point.id)
         with point_telemetry(server, pool.launcher, out_dir) as telemetry:
@@ -366,7 +367,7 @@ class PointRunner:
             self._record(point, result, out_dir, outcome)
             outcome.row.update(telemetry.summary(outcome.row, tolerance_pct=THROUGHPUT_TOLERANCE_PCT))
             if outcome.row.get("telemetry_plot"):
-                _attach_file(out_dir / str(outcome.row["telemetry_plot"]), f"telemetry {out_dir.name}")
+                attach_file(out_dir / str(outcome.row["telemetry_plot"]), f"telemetry {out_dir.name}")
         crash = crash or self._after_bench(point, spec, server, result, findings)
         if crash is not None:
             self._crashed(pool, spec, point, outcome, crash)
@@ -406,12 +407,12 @@ class PointRunner:
     ) -> None:
         """Phase 5 failed: the server is torn down and its spec broken; the point fails with the excerpt."""
         self._break(pool, spec, point, "hung" if crash[0] in ("timeout", "hang") else "crashed")
-        allure_text(f"log excerpt {point.id}", crash[1])
+        attach_text(f"log excerpt {point.id}", crash[1])
         self._fail(outcome, crash[0], crash[1])
 
     def _judge(self, server: Serving, spec: ServerSpec, outcome: PointOutcome) -> None:
         """Phases 6-8: the server still runs its spec, the oracle's reasons, client-boundness -> passed."""
-        with allure_step("server still reports the spec'd configuration"):
+        with step("server still reports the spec'd configuration"):
             bad = current_config_problems(server, spec)
         if bad:
             self._fail(outcome, "config", f"server no longer reports the spec'd configuration: {', '.join(bad)}")
@@ -427,7 +428,7 @@ class PointRunner:
     def _launch(self, point: Point, spec: ServerSpec, pool: ServingPool, outcome: PointOutcome) -> Serving | None:
         """Phase 1: the point's server, healthy; ``None`` (the point failed ``launch``) when it cannot start."""
         try:
-            with allure_step(f"launch {spec.label} ({spec.nnodes} node(s)) and wait for health"):
+            with step(f"launch {spec.label} ({spec.nnodes} node(s)) and wait for health"):
                 return pool.get(spec)
         except HealthTimeout as exc:
             what, msg = "failed to start", f"{cat.TIMEOUT} server {spec.label} did not become healthy"
@@ -449,7 +450,7 @@ class PointRunner:
 
     def _scan(self, server: Serving, mark: Any, outcome: PointOutcome) -> list[Finding]:
         """Phase 3: the log oracle's findings on every node since the point started, into the row."""
-        with allure_step("log scan (every node, since the point started)"):
+        with step("log scan (every node, since the point started)"):
             try:
                 findings = list(server.findings_since(mark))
             except (OSError, ServerError):
@@ -469,7 +470,7 @@ class PointRunner:
         row["client_priority"] = self._client_priority
         row.update(self._cpus)  # client_cpus / server_cpus / cpu_partition (pytest_sskj.server.cpus)
         outcome.samples = _samples_of(result)
-        _attach_result(result, outcome.samples)
+        attach_result(result, outcome.samples)
         failures = list(result.failures)
         n_total = self.requests_for(point)
         if failures or not result.ok:
@@ -585,38 +586,3 @@ class PointRunner:
 
 def _local_launch(settings: Settings) -> bool:
     return settings.launcher == "local" and not settings.target_url
-
-
-def allure_step(title: str) -> Any:
-    from pytest_sskj.report import allure
-
-    return allure.step(title)
-
-
-def _attach_file(path: Path, name: str) -> None:
-    from pytest_sskj.report import allure
-
-    allure.attach_file(path, name)
-
-
-def allure_text(name: str, text: str) -> None:
-    from pytest_sskj.report import allure
-
-    allure.attach_text(name, text)
-
-
-def _attach_commands(server: Serving) -> None:
-    from pytest_sskj.report import allure
-
-    for c in server.commands:
-        allure.attach_text(f"launch command {c.node} rank {c.rank}", c.shell())
-
-
-def _attach_result(result: BenchOutcome, samples: Mapping[str, Sequence[float]]) -> None:
-    from pytest_sskj.report import allure
-
-    allure.attach_json("metrics", dict(result.metrics))
-    n = max((len(v) for v in samples.values()), default=0)
-    if n:
-        rows = [{k: (v[i] if i < len(v) else None) for k, v in samples.items()} for i in range(n)]
-        allure.attach_csv("per-request samples (ms)", rows)

@@ -8,8 +8,9 @@ hook or :func:`node_commands`, each rank starts through the launcher with its lo
 engines that verify it (``Engine.verifies_config_at_start``), the effective config is checked against
 the spec.  A spec that failed to start
 is not retried in the same session.  ``close()`` stops everything and then verifies that every launched
-PID on every node is gone; :class:`RunningServer` is what tests see (URLs, commands, logs, the log
-oracle window, liveness).  With ``--target-url`` the pool launches nothing and returns an external server.
+PID on every node is gone; :class:`~pytest_sskj.server.running.RunningServer` is what tests see (URLs,
+commands, logs, the log oracle window, liveness).  With ``--target-url`` the pool launches nothing and
+returns an external server.
 """
 
 from __future__ import annotations
@@ -21,18 +22,17 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_sskj.engines import get_engine, node_commands
-from pytest_sskj.errors import ServerConfigMismatch, ServerCrashed, ServerError, ServerLaunchError
+from pytest_sskj.errors import ServerConfigMismatch, ServerError, ServerLaunchError
 from pytest_sskj.nodes import is_local_node, node_url
-from pytest_sskj.redact import is_secret_name, redact_text, secret_arg_values, url_without_userinfo
+from pytest_sskj.redact import is_secret_name, secret_arg_values, url_without_userinfo
 from pytest_sskj.server.health import address_from_log, wait_healthy
-from pytest_sskj.server.launcher import Launcher, ProcessHandle, StartsEarly, on_each
-from pytest_sskj.server.logscan import Finding, LogMark, LogOracle
-from pytest_sskj.server.process import describe_exit, tail_lines
+from pytest_sskj.server.launcher import Launcher, ProcessHandle, StartsEarly
+from pytest_sskj.server.logscan import LogOracle
+from pytest_sskj.server.running import CloseReport, RunningServer, rank_key
 from pytest_sskj.server.serving import Serving
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 
@@ -49,129 +49,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def _rank_key(node: str, rank: int) -> str:
-    return f"{node}/rank{rank}"
-
-
-@dataclass(repr=False)
-class RunningServer:
-    """A healthy deployment of one spec (or an external one given by ``--target-url``)."""
-
-    spec: ServerSpec
-    urls: list[str]
-    commands: list[NodeCommand] = field(default_factory=list)
-    log_paths: dict[str, Path] = field(default_factory=dict)
-    handles: list[ProcessHandle] = field(default_factory=list)
-    oracle: LogOracle | None = None
-    startup_s: float | None = None
-    """Seconds from the first spawn to rank-0 health (``None`` for an external server)."""
-    external: bool = False
-    notes: list[str] = field(default_factory=list)
-    release: Callable[[], None] | None = field(default=None, repr=False)
-    """The pre-flight's release (GPU leases), called once when the server stops (the pool's own)."""
-    spread: bool = field(default=False, repr=False)
-    """On the client's cores too (``StartsEarly.spread``) until the pool settles it again (the pool's own)."""
-    _info: dict[str, Any] | None = None
-
-    def __repr__(self) -> str:
-        where = "external" if self.external else f"{len(self.handles)} process(es)"
-        return f"RunningServer({self.spec.engine} {self.spec.label}, key {self.spec.key()}, {self.urls}, {where})"
-
-    # -- log oracle ----------------------------------------------------------------------------------
-    def mark(self) -> LogMark:
-        """The current position in every rank's log; pass it to :meth:`findings_since`."""
-        return self.oracle.mark() if self.oracle else LogMark(0)
-
-    def findings_since(self, mark: LogMark | None = None) -> list[Finding]:
-        """Signatures found in any rank's log after ``mark`` (all of them when ``mark`` is ``None``)."""
-        return self.oracle.findings_since(mark) if self.oracle else []
-
-    def log_tail(self, n: int = 30) -> dict[str, list[str]]:
-        """The last ``n`` lines of every rank's log, redacted, by ``node/rank``."""
-        secrets = self.oracle.secrets if self.oracle else ()
-        return {k: [redact_text(line, secrets) for line in tail_lines(p, n)] for k, p in self.log_paths.items()}
-
-    # -- liveness ------------------------------------------------------------------------------------
-    def check_alive(self) -> None:
-        """Raise :class:`ServerCrashed` when a rank has exited or a fatal signature is in any log."""
-        for h in self.handles:
-            code = h.poll()
-            if code is not None:
-                raise ServerCrashed(
-                    describe_exit(f"{self.spec.label}: {h.node} rank {h.rank}", code, h.log_path)
-                    + "\n  the server died while serving"
-                )
-        if self.oracle is not None:
-            self.oracle.scan()
-            fatal = self.oracle.fatal()
-            if fatal:
-                f = fatal[0]
-                raise ServerCrashed(
-                    f"{self.spec.label}: fatal log signature on {f.node} rank {f.rank} ({f.category}): {f.line}\n"
-                    f"  excerpt ({f.path}:{f.line_no}):\n" + "\n".join(f"    | {x}" for x in f.excerpt.splitlines())
-                )
-
-    def alive(self) -> bool:
-        return all(h.poll() is None for h in self.handles)
-
-    def pids(self) -> dict[str, list[int]]:
-        """Live PIDs of every rank's process tree, by ``node/rank`` (every rank asked at once)."""
-        found = on_each(lambda h: h.pids(), self.handles)
-        return {_rank_key(h.node, h.rank): pids for h, pids in zip(self.handles, found, strict=True)}
-
-    # -- server info ---------------------------------------------------------------------------------
-    def config_problems(self) -> list[str]:
-        """Ask the server *now* what it runs against its spec (``Engine.live_config_problems``); an external
-        server is not checked."""
-        if self.external or not self.urls:
-            return []
-        return get_engine(self.spec.engine).live_config_problems(self.spec, self.urls[0].rstrip("/"))
-
-    def server_info(self) -> dict[str, Any] | None:
-        """Rank 0's effective config for engines whose pool verifies it (``Engine.verifies_config_at_start``:
-        SGLang's ``/server_info``), else ``None``; cached once read."""
-        engine = get_engine(self.spec.engine)
-        if self._info is None and engine.verifies_config_at_start and self.urls:
-            self._info = engine.read_config(self.urls[0])
-        return self._info
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-friendly summary (secrets redacted) for manifests and attachments."""
-        return {
-            "spec": self.spec.as_dict(),
-            "key": self.spec.key(),
-            "label": self.spec.label,
-            "urls": list(self.urls),
-            "external": self.external,
-            "startup_s": self.startup_s,
-            "commands": [{"node": c.node, "rank": c.rank, "command": c.shell()} for c in self.commands],
-            "logs": {k: str(v) for k, v in self.log_paths.items()},
-            "notes": list(self.notes),
-        }
-
-
-@dataclass(frozen=True)
-class CloseReport:
-    """What ``ServerPool.close()`` did: how many processes it launched and which PIDs (if any) survived."""
-
-    launched: int
-    leftover: dict[str, list[int]]
-    elapsed_s: float
-
-    @property
-    def clean(self) -> bool:
-        return not self.leftover
-
-    def line(self) -> str:
-        if self.clean:
-            return (
-                f"server pool closed in {self.elapsed_s:.2f} s: {self.launched} launched process(es), "
-                "every PID on every node is gone"
-            )
-        left = "; ".join(f"{k}: {v}" for k, v in self.leftover.items())
-        return f"server pool closed, but processes are STILL RUNNING: {left}; stop them by PID"
 
 
 CommandsFor = Callable[[ServerSpec], "list[NodeCommand] | None"]
@@ -441,7 +318,7 @@ class ServerPool:
             self._executor.shutdown(wait=True)
         for spec in [*self.running, *self.spares]:
             self.stop(spec)
-        leftover = {_rank_key(h.node, h.rank): pids for h in self.launched if (pids := h.pids())}
+        leftover = {rank_key(h.node, h.rank): pids for h in self.launched if (pids := h.pids())}
         if self._launcher is not None:
             self._launcher.close()
         self.close_report = CloseReport(len(self.launched), leftover, time.perf_counter() - t0)
@@ -573,7 +450,7 @@ class ServerPool:
         ]
         try:
             for cmd, handle in zip(cmds, self._spawn(items, server), strict=True):
-                server.log_paths[_rank_key(cmd.node, cmd.rank)] = handle.log_path
+                server.log_paths[rank_key(cmd.node, cmd.rank)] = handle.log_path
                 offset = handle.log_offset
                 oracle.add(handle.log_path, cmd.node, cmd.rank, offset=offset)
                 if cmd.serves_http:
