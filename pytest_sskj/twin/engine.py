@@ -6,8 +6,10 @@ step when they fit) and sleeps each step for ``tokens * multiplier / rate`` mode
 shared by every queued request -- so TTFT grows with the concurrency while throughput saturates, as on the
 users' cluster.  A request's first token is emitted at the end of its last prefill chunk; its further
 tokens follow on its own decode timeline (one step of the cell's TPOT each, log-normally spread per
-request).  Every duration is multiplied by the model's ``time_scale`` and slept against absolute deadlines
-of the busy period (a late wake-up is caught up, not accumulated).  One draw of between-repeat noise per
+request).  Every duration is multiplied by the model's ``time_scale``.  The modelled GPU keeps its own clock:
+a step starts when the previous one ended or when its first request arrived, never when the engine thread
+happens to wake, so a rank descheduled by its host loses no modelled time while work is queued (a late
+wake-up is caught up in full), and no step starts before its requests arrived.  One draw of between-repeat noise per
 repeat (each ``/flush_cache`` starts one) scales the rate, seeded by the model's seed, the server's cell
 and the repeat, so a run is reproducible.  The parameters come from :func:`pytest_sskj.twin.model.calibrate`.
 
@@ -191,13 +193,17 @@ class ServingEngine:
     def _decoding(self) -> int:
         return len(self._decode)
 
-    def _take_step(self) -> tuple[list[tuple[Request, int]], float]:
-        """Cut the next step off the FIFO queue (caller holds the lock): ``[(request, tokens)]``, modelled s."""
-        budget, parts, cost = self.chunk, [], 0.0
+    def _take_step(self, cut: float) -> tuple[list[tuple[Request, int]], float]:
+        """Cut the next step off the FIFO queue at time ``cut`` (caller holds the lock): the requests that had
+        arrived by then, ``[(request, tokens)]``, and the step's modelled seconds."""
+        budget, cost = self.chunk, 0.0
+        parts: list[tuple[Request, int]] = []
         rate, _, _ = self.curve(len(self._queue[0].prompt)).at(self._inflight)
         for req in self._queue:
             if budget <= 0:
                 break
+            if req.arrival > cut and parts:
+                continue
             take = min(budget, req.remaining)
             parts.append((req, take))
             cost += take * req.mult
@@ -205,6 +211,10 @@ class ServingEngine:
         return parts, cost / (rate * self._factor)
 
     def _prefill_loop(self) -> None:
+        """The prefill steps on the modelled GPU's own clock (``busy_until``): a step starts when the previous one
+        ended or when its first request arrived, whichever is later, however late this thread wakes.  A
+        stand-in rank descheduled by its host (CI's other jobs on the same cores) so loses no modelled time
+        while work is queued; requests that arrived after a step's start join a later step."""
         busy_until: float | None = None
         idle_since = time.perf_counter() - 1e9
         while not self._stop.is_set():
@@ -215,18 +225,21 @@ class ServingEngine:
                     self._lock.wait(0.5)
                 if self._stop.is_set():
                     return
-            now = time.perf_counter()
+                first = min(r.arrival for r in self._queue)
+            gather: float | None = None
             if busy_until is None:
-                busy_until = now
-                if now - idle_since > max(0.002, 0.1 * self.scale):  # the engine was idle: it wakes up first
-                    time.sleep(0.01)  # the rest of the burst arrives
+                busy_until = idle_since
+                if first - idle_since > max(0.002, 0.1 * self.scale):  # the engine was idle: it wakes up first
+                    gather = first + 0.01
+                    _sleep_until(gather)  # the rest of the burst arrives
                     with self._lock:
                         _, _, p = self.curve(len(self._queue[0].prompt)).at(self._inflight)
-                    busy_until = now + p.wake_s * self.scale
+                    busy_until = first + p.wake_s * self.scale
             with self._lock:
-                parts, dur = self._take_step()
-            # a continuous busy period keeps its own clock: a late wake-up is caught up (by at most a quarter step)
-            start = max(busy_until, time.perf_counter() - 0.25 * dur * self.scale)
+                start = max(busy_until, min(r.arrival for r in self._queue))
+                parts, dur = self._take_step(gather if gather is not None else start)
+                if gather is None:  # every request queued at the start arrived later: the step waits for it
+                    start = max(start, *(r.arrival for r, _ in parts))
             end = start + dur * self.scale
             _sleep_until(end)
             busy_until = end
