@@ -12,7 +12,6 @@ after another; :mod:`pytest_sskj.report.plot_drawing` draws the same tasks in ch
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,10 +38,6 @@ __all__ = [
     "search_plot_name",
     "ttft_samples",
 ]
-
-_log = logging.getLogger(__name__)
-MAX_DRAWING_PROCESSES = 4
-"""Processes :func:`draw_plots` draws in at most (9 plots of the default run: ~1 s in one, 0.5 s in two)."""
 
 
 def _figure(title: str, run_id: str | None = None) -> tuple[Any, Any]:

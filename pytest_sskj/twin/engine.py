@@ -236,7 +236,7 @@ class ServingEngine:
                         _, _, p = self.curve(len(self._queue[0].prompt)).at(self._inflight)
                     busy_until = first + p.wake_s * self.scale
             with self._lock:
-                start = max(busy_until, min(r.arrival for r in self._queue))
+                start = max(busy_until, first)  # (first: read above; only this thread removes requests)
                 parts, dur = self._take_step(gather if gather is not None else start)
                 if gather is None:  # every request queued at the start arrived later: the step waits for it
                     start = max(start, *(r.arrival for r, _ in parts))
