@@ -160,7 +160,7 @@ NETNS_STRIDE = 60
 instance uses FIRST..FIRST+11 (the SSH launcher's four hosts and the PD test's eight,
 unit/deploy/test_pd_over_ssh.py) and FIRST+50..51 (the second-instance test): 60 apart, workers 0..3 never share
 a host number and their /24 nets ((FIRST + 190) % 250, tools/netns_hosts.sh) stay distinct.  ``.ci/run`` runs the
-twin phase beside the slow phase at FIRST+260 (with -n 2 its second worker at +320; nets 61 and 111 for FIRST
+twin phase after the slow phase at FIRST+260 (with -n 2 its second worker at +320; nets 61 and 111 for FIRST
 601), clear of the serial slow phase's hosts and nets (41, 45, 91)."""
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -162,9 +163,16 @@ def test_slo_violation_and_failing_comparison_give_their_verdicts_and_messages(p
         pytester,
         "gate",
         # 3 repeats a side: with 2, Welch's df falls to 1 when one side holds the spread (t = 12.7), and CI's
-        # ~60 % repeat spread of these few-ms points made even an 11x margin undecidable (inconclusive, ci 30)
+        # ~60 % repeat spread of these few-ms points made even an 11x margin undecidable (inconclusive, ci 30).
+        # Under load 3 were not enough either (issue 55: 146 % spread, CI -70.7 % ... +1713.7 %): 24 requests a
+        # point (3x longer points, a smaller share of any one scheduling hiccup) and the sequential design's extra
+        # repeat pairs up to 8 a side (docs/verdicts.md), so the loss is decided under the noise this box can meet
         "--repeats",
         "3",
+        "--sskj-max-repeats",
+        "8",
+        "--requests",
+        "24",
         "-k",
         "test_slo or test_backend_comparison",
         "--osl",
@@ -184,18 +192,18 @@ def test_slo_violation_and_failing_comparison_give_their_verdicts_and_messages(p
     assert "p95_tpot_ms not judged (undefined for this run)" in v["message"], "OSL 1: TPOT must not be judged"
     assert "[slo] parallel-chunk512-c8 misses the SLO (p95_ttft_ms<1, p95_tpot_ms<0.001)" in out
     c = _verdict(pytester, "gate", "comparison-serial-vs-parallel-chunk512-c8")
-    bound = [
-        r
-        for r in ("parallel", "serial")
-        for k in (1, 2, 3)
-        if _row(pytester, "gate", f"{r}-chunk512-c8-r{k}")["client_bound"]
-    ]
+    pdir = pytester.path / "reports" / "gate" / "points"
+    points = sorted(p.name for r in ("parallel", "serial") for p in pdir.glob(f"{r}-chunk512-c8-r*"))
+    ran = [p for p in points if _row(pytester, "gate", p)["status"] != "not_run"]
+    assert 6 <= len(ran) <= 16, f"expected 3 to 8 measured repeats a side, saw {ran}"
+    bound = [p for p in ran if _row(pytester, "gate", p)["client_bound"]]
     if bound:  # allowed client-bound repeats make any comparison inconclusive, whatever the numbers
         assert c["outcome"] == "inconclusive" and "client-bound" in c["message"], (bound, c["message"])
     else:
         assert c["outcome"] == "worse", c["message"]
     assert c["passed"] is False
-    assert "[regression] serial vs parallel: " in out and "% Input TPS (95 % CI " in out, out[-3000:]
+    # the CI's level is the sequential design's (99.30 % at its first look of 8, 95 % without one): docs/verdicts.md
+    assert "[regression] serial vs parallel: " in out and re.search(r"% Input TPS \([\d.]+ % CI ", out), out[-3000:]
     if not bound:
         assert "serial does not beat parallel by 1000 %: Input TPS below it" in out, out[-3000:]
 
