@@ -67,15 +67,21 @@ def _parser() -> argparse.ArgumentParser:
     mark.add_argument("--tag", required=True, help="release name, e.g. v0.3.0 or kimi3-sm120-2026-11-29")
     mark.add_argument("--config", type=Path, default=None, help="release.toml (default: nearest one from cwd)")
     mark.add_argument("--force", action="store_true", help="replace an existing mark of the same tag")
-    mark.add_argument("--scope", default=None, help="release scope of release.toml: gpu (default) or cpu")
+    mark.add_argument(
+        "--scope",
+        default=None,
+        help="release scope of release.toml (default: its default_scope): gpu, cpu, or job (a user's release: "
+        "`pytest unit/` as typed plus their green acceptance job); release.toml documents each",
+    )
     mark.add_argument("--json", action="store_true", help="print the outcome (mark or refusal) as JSON")
     mark.add_argument(
         "--verbose", "-v", action="store_true", help="on a refusal, print every reason, not the ranked six"
     )
     lst = rsub.add_parser("list", help="list release marks")
     lst.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    show = rsub.add_parser("show", help="print one release mark (JSON)")
+    show = rsub.add_parser("show", help="print one release mark: scope, build, runs and their commands, counts")
     show.add_argument("tag")
+    show.add_argument("--json", action="store_true", help="print the whole mark as JSON")
     for sp in (mark, lst, show):
         sp.add_argument(
             "--reports-dir", type=Path, default=None, help="reports root (default: $SSKJ_REPORTS_DIR or reports/)"
@@ -165,7 +171,7 @@ def _release_mark(args: argparse.Namespace, reports: Path) -> int:
     cfg = _release_config(args)
     if cfg is None:
         return 2
-    picked = args.run or release.latest_runs(reports, cfg)
+    picked = args.run or release.latest_runs(reports, cfg, scope=args.scope)
     runs = "+".join(picked)
     if not args.run and not args.json:
         _out(f"judging the latest runs: {runs or '(none found)'} (name others with --run)")
@@ -189,10 +195,14 @@ def _release_mark(args: argparse.Namespace, reports: Path) -> int:
 
 
 def _print_marked(out: Path, runs: str, tag: str, scope: str) -> None:
+    from pytest_sskj.report.release import describe_release
+
     _out(f"marked run {runs} as release {tag}: {out}")
-    accepted = json.loads(out.read_text(encoding="utf-8")).get("accepted_skips") or []
+    data = json.loads(out.read_text(encoding="utf-8"))
+    accepted = data.get("accepted_skips") or []
     if accepted:
         _out(f"  scope {scope}: {len(accepted)} skip(s) accepted, each listed in the mark")
+    _out("\n".join(line for line in describe_release(data).splitlines()[1:] if not line.startswith("  tests: ")))
 
 
 def _release_list(args: argparse.Namespace, reports: Path) -> int:
@@ -214,10 +224,11 @@ def _release_show(args: argparse.Namespace, reports: Path) -> int:
     from pytest_sskj.report import release
 
     try:
-        _out(json.dumps(release.show_release(args.tag, reports), indent=2, sort_keys=True))
+        data = release.show_release(args.tag, reports)
     except FileNotFoundError as exc:
         _err(str(exc))
         return 2
+    _out(json.dumps(data, indent=2, sort_keys=True) if args.json else release.describe_release(data))
     return 0
 
 

@@ -141,7 +141,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _own_run_id(config, settings.run_dir)
     from pytest_sskj.server.cpus import launch_partition
 
-    manifest = RunManifest.start(settings.run_dir, settings.run_id, settings.as_dict(), settings_secrets(settings))
+    manifest = RunManifest.start(
+        settings.run_dir,
+        settings.run_id,
+        settings.as_dict(),
+        settings_secrets(settings),
+        args=config.invocation_params.args,
+    )
     local = settings.launcher == "local" and not settings.target_url
     part = launch_partition(settings.cpu_partition, local=local, run_cpus=settings.run_cpus)
     manifest.update(**part.as_dict())  # client_cpus, server_cpus

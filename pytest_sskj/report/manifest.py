@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -125,8 +126,18 @@ class RunManifest:
     """Secret values of the session: no write of the file contains them."""
 
     @classmethod
-    def start(cls, run_dir: Path, run_id: str, settings: dict[str, Any], secrets: tuple[str, ...] = ()) -> RunManifest:
-        """Write the manifest of a starting session; ``secrets`` (values) are redacted before the first write."""
+    def start(
+        cls,
+        run_dir: Path,
+        run_id: str,
+        settings: dict[str, Any],
+        secrets: tuple[str, ...] = (),
+        *,
+        args: Sequence[str] | None = None,
+    ) -> RunManifest:
+        """Write the manifest of a starting session; ``secrets`` (values) are redacted before the first write.
+        ``args``: the session's own arguments (``config.invocation_params.args``: the command as typed, also for a
+        session started in-process); ``argv`` records them after the program (default: ``sys.argv``)."""
         from pytest_sskj.report.scrub import scrub
 
         m = cls(path=run_dir / "manifest.json", secrets=secrets)
@@ -153,7 +164,7 @@ class RunManifest:
                     "machine": platform.machine(),
                     "cpus": os.cpu_count(),
                 },
-                "argv": [redact_text(a, secrets) for a in redact_argv(_unwrap_server_args(sys.argv))],
+                "argv": [redact_text(a, secrets) for a in redact_argv(_unwrap_server_args(_argv(args)))],
             }
         )
         m.data = scrub(m.data, secrets)
@@ -190,6 +201,10 @@ class RunManifest:
     def write(self) -> None:
         text = json.dumps(self.data, indent=2, sort_keys=True, default=str) + "\n"
         atomic_write_text(self.path, redact_text(text, self.secrets) if self.secrets else text)
+
+
+def _argv(args: Sequence[str] | None) -> list[str]:
+    return list(sys.argv) if args is None else [sys.argv[0] if sys.argv else "pytest", *map(str, args)]
 
 
 def _unwrap_server_args(argv: list[str]) -> list[str]:

@@ -37,6 +37,15 @@ from typing import Any
 from pytest_sskj.report.outcomes import load_outcomes
 from pytest_sskj.report.release_cover import latest_runs as _latest_runs
 from pytest_sskj.report.release_cover import suite_reasons
+from pytest_sskj.report.release_scope import (
+    Scope,
+    build_identity,
+    build_reasons,
+    command_as_typed,
+    describe_release,
+    parse_scopes,
+    typed_reasons,
+)
 from pytest_sskj.report.results import read_results, read_verdicts
 from pytest_sskj.report.scrub import scrub
 from pytest_sskj.rundir import atomic_write_text
@@ -44,6 +53,8 @@ from pytest_sskj.rundir import atomic_write_text
 __all__ = [
     "ReleaseConfig",
     "ReleaseRefused",
+    "Scope",
+    "describe_release",
     "find_config",
     "judge",
     "judge_tests",
@@ -91,13 +102,13 @@ _RANKS = (
     (
         re.compile(
             r"did not finish|status is|exit status|does not exist|unreadable|not valid JSON|no run given|"
-            r"unknown release scope|already exists|file-name-safe|no 'tests' list|recorded no"
+            r"unknown release scope|already exists|file-name-safe|no 'tests' list|recorded no|different builds"
         ),
         0,
     ),
     (re.compile(r"has no test results|asks for at least"), 1),
     (re.compile(r" (failed|error|xfailed|xpassed|running) \(in "), 2),
-    (re.compile(r"did not run in full|have no outcome"), 3),
+    (re.compile(r"did not run in full|did not run as|have no outcome"), 3),
 )
 _HARDWARE = re.compile(r"GPU|NVIDIA|nvidia|CUDA|cuda|sm1\d0|SM1\d0|flashinfer", re.IGNORECASE)
 
@@ -127,18 +138,6 @@ def rank_reasons(reasons: Sequence[str], *, scope: str | None = None) -> list[st
     ):
         lines.append("every skip above is hardware absent: on a CPU box mark a CPU-scope release with --scope cpu")
     return lines
-
-
-@dataclass(frozen=True)
-class Scope:
-    """One release scope of ``release.toml``: which skip reasons it accepts (regexes, searched)."""
-
-    name: str
-    accept_skip_reasons: tuple[str, ...] = ()
-    description: str = ""
-
-    def accepts(self, message: str | None) -> bool:
-        return any(re.search(p, message or "") for p in self.accept_skip_reasons)
 
 
 @dataclass(frozen=True)
@@ -199,29 +198,8 @@ def load_config(path: Path) -> ReleaseConfig:
     mins = rel.get("min_tests", {})
     if not isinstance(mins, dict) or not all(isinstance(v, int) and v >= 0 for v in mins.values()):
         raise ValueError(f"{path}: release.min_tests must map suite names to whole numbers, e.g. {{acceptance = 1}}")
-    scopes, default = _scopes(path, rel)
+    scopes, default = parse_scopes(path, rel)
     return ReleaseConfig(tuple(suites), {str(k): int(v) for k, v in mins.items()}, path, scopes, default)
-
-
-def _scopes(path: Path, rel: Mapping[str, Any]) -> tuple[dict[str, Scope], str]:
-    raw = rel.get("scopes", {"gpu": {}})
-    if not isinstance(raw, dict) or not raw:
-        raise ValueError(f"{path}: release.scopes must be a table of scopes, e.g. [release.scopes.gpu]")
-    scopes: dict[str, Scope] = {}
-    for name, body in raw.items():
-        pats = body.get("accept_skip_reasons", []) if isinstance(body, dict) else None
-        if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
-            raise ValueError(f"{path}: release.scopes.{name}.accept_skip_reasons must be a list of regexes")
-        for pat in pats:
-            try:
-                re.compile(pat)
-            except re.error as exc:
-                raise ValueError(f"{path}: release.scopes.{name}: {pat!r} is not a valid regex ({exc})") from None
-        scopes[str(name)] = Scope(str(name), tuple(pats), str(body.get("description", "")))
-    default = str(rel.get("default_scope", next(iter(scopes))))
-    if default not in scopes:
-        raise ValueError(f"{path}: release.default_scope {default!r} is not one of {', '.join(scopes)}")
-    return scopes, default
 
 
 def _run_reasons(outcomes: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[str]:
@@ -243,6 +221,20 @@ def _run_reasons(outcomes: Mapping[str, Any], manifest: Mapping[str, Any]) -> li
 def _short(message: str, limit: int = 300) -> str:
     first = message.strip().splitlines()[0] if message.strip() else ""
     return first if len(first) <= limit else first[: limit - 1] + "\u2026"
+
+
+def _coverage_reasons(
+    tests: Sequence[Mapping[str, Any]], selections: Sequence[Mapping[str, Any]], suite: str, scope: Scope | None
+) -> list[str]:
+    """Why ``suite`` did not run as ``scope`` needs it (its whole collection, or as typed), ending with the
+    command(s) that would qualify; empty when it did."""
+    if scope is not None and scope.coverage_of(suite) == "as-typed":
+        found = typed_reasons(tests, selections, suite)
+    else:
+        found = suite_reasons(tests, selections, suite)
+    if not found or scope is None:
+        return found
+    return [*found, f"required suite {suite!r} did not run as scope {scope.name!r} needs: {scope.qualifying(suite)}"]
 
 
 def judge_tests(
@@ -275,11 +267,11 @@ def judge_tests(
         if total < need:
             reasons.append(f"required suite {suite!r} ran {total} test(s); release.toml asks for at least {need}")
         if selections is not None:
-            reasons += suite_reasons(tests, selections.get(suite) or [], suite)
+            reasons += _coverage_reasons(tests, selections.get(suite) or [], suite, scope)
     for t in sorted(tests, key=lambda t: str(t.get("nodeid"))):
         if t.get("suite") not in config.required_suites or t.get("outcome") == "passed":
             continue
-        if t.get("outcome") == "skipped" and scope is not None and scope.accepts(t.get("message")):
+        if t.get("outcome") == "skipped" and scope is not None and scope.accepts(t.get("message"), t.get("suite")):
             continue
         msg = f": {_short(str(t['message']))}" if t.get("message") else ""
         where = ""
@@ -296,7 +288,7 @@ def accepted_skips(tests: Sequence[Mapping[str, Any]], config: ReleaseConfig, sc
         for t in sorted(tests, key=lambda t: str(t.get("nodeid")))
         if t.get("suite") in config.required_suites
         and t.get("outcome") == "skipped"
-        and scope.accepts(t.get("message"))
+        and scope.accepts(t.get("message"), t.get("suite"))
     ]
 
 
@@ -399,6 +391,37 @@ class _Runs:
                 self.tests[str(t.get("nodeid"))] = t
 
 
+def _provenance(runs: Sequence[str], got: _Runs, config: ReleaseConfig, scope: Scope) -> dict[str, Any]:
+    """Which runs stand for which suite, their commands as typed, the one build they came from, how much of each
+    suite the scope needed and what its defaults left out."""
+    return {
+        "runs_by_suite": {
+            suite: [rid for rid in runs if any(t.get("suite") == suite for t in got.loaded[rid][0].get("tests", []))]
+            for suite in config.required_suites
+        },
+        "commands": {rid: command_as_typed(got.loaded[rid][1]) for rid in runs},
+        "build": build_identity({rid: got.loaded[rid][1] for rid in runs}),
+        "coverage": {suite: scope.coverage_of(suite) for suite in config.required_suites},
+        "not_required": _not_required(runs, got, config, scope),
+    }
+
+
+def _not_required(runs: Sequence[str], got: _Runs, config: ReleaseConfig, scope: Scope) -> dict[str, int]:
+    """Per suite the scope needs as typed: how many tests its run's own defaults deselected (not required)."""
+    out: dict[str, int] = {}
+    for suite in config.required_suites:
+        if scope.coverage_of(suite) != "as-typed":
+            continue
+        outcomes = [got.loaded[rid][0] for rid in runs]
+        counts = [
+            int(((o.get("selection") or {}).get("deselected") or {}).get(suite, 0) or 0)
+            for o in outcomes
+            if any(t.get("suite") == suite for t in o.get("tests", []))
+        ]
+        out[suite] = min(counts) if counts else 0
+    return out
+
+
 def _record(
     runs: Sequence[str], tag: str, got: _Runs, config: ReleaseConfig, scope: Scope, reports_dir: Path | None
 ) -> dict[str, Any]:
@@ -430,6 +453,7 @@ def _record(
             for nodeid, why in ((got.loaded[rid][0].get("selection") or {}).get("not_applicable") or {}).items()
         },
         "selection": {rid: got.loaded[rid][0].get("selection") for rid in runs},
+        **_provenance(runs, got, config, scope),
         "suites": suites,
         "counts": counts,
         "manifest": manifest,
@@ -456,15 +480,15 @@ def mark(
     ``run_id`` ``None`` (or empty): the latest runs of the required suites (:func:`latest_runs`).
     ``scope`` names a ``[release.scopes.*]`` table of ``release.toml`` (default: its ``default_scope``).
     """
-    if not run_id:
-        runs = latest_runs(_reports(reports_dir), config)
-    else:
-        runs = [run_id] if isinstance(run_id, str) else list(run_id)
-    shown = "+".join(runs) or "(none)"
     try:
         the_scope = config.scope(scope)
     except ValueError as exc:
-        raise ReleaseRefused(shown, tag, [str(exc)]) from None
+        raise ReleaseRefused("+".join([run_id] if isinstance(run_id, str) else run_id or []), tag, [str(exc)]) from None
+    if not run_id:
+        runs = latest_runs(_reports(reports_dir), config, scope=the_scope.name)
+    else:
+        runs = [run_id] if isinstance(run_id, str) else list(run_id)
+    shown = "+".join(runs) or "(none)"
     out = _release_dir(reports_dir) / f"{tag}.json"
     problems = _check_request(runs, tag, out, force)
     if problems:
@@ -473,7 +497,8 @@ def mark(
     for rid in runs:
         got.add(rid, _reports(reports_dir) / rid, f"run {rid}: " if len(runs) > 1 else "")
     _, test_reasons = judge_tests(list(got.tests.values()), config, scope=the_scope, selections=got.selections)
-    reasons = got.reasons + (test_reasons if got.loaded else [])  # with no readable run, its problems are all
+    builds = build_reasons({rid: m for rid, (_, m) in got.loaded.items()})
+    reasons = got.reasons + builds + (test_reasons if got.loaded else [])  # with no readable run, its problems are all
     if reasons:
         raise ReleaseRefused(shown, tag, reasons, scope=the_scope.name)
     record = _record(runs, tag, got, config, the_scope, reports_dir)
@@ -481,10 +506,16 @@ def mark(
     return out
 
 
-def latest_runs(reports: Path, config: ReleaseConfig) -> list[str]:
+def latest_runs(reports: Path, config: ReleaseConfig, *, scope: str | None = None) -> list[str]:
     """The runs a mark without ``--run`` judges: per required suite, the newest runs that cover its collection
-    between them (:func:`pytest_sskj.report.release_cover.latest_runs`)."""
-    return _latest_runs(reports, config.required_suites)
+    between them (:func:`pytest_sskj.report.release_cover.latest_runs`), or, for a suite the scope needs as
+    typed, its newest run as typed.  An unknown scope judges every suite in full (the mark then refuses it)."""
+    try:
+        the_scope = config.scope(scope)
+    except ValueError:
+        return _latest_runs(reports, config.required_suites)
+    typed = [s for s in config.required_suites if the_scope.coverage_of(s) == "as-typed"]
+    return _latest_runs(reports, config.required_suites, typed)
 
 
 def list_releases(reports_dir: Path | None = None) -> list[dict[str, Any]]:

@@ -21,14 +21,14 @@ the suite (a CI phase such as ``pytest unit/twin/``) for what is still uncovered
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_sskj.report.outcomes import suite_of
 
-__all__ = ["finished_runs", "latest_runs", "selection_reasons", "suite_reasons", "whole_suite"]
+__all__ = ["finished_runs", "latest_runs", "selection_reasons", "suite_reasons", "typed_selection", "whole_suite"]
 
 _SHOW = 3
 
@@ -62,6 +62,13 @@ def _ignored(selection: Mapping[str, Any], suite: str) -> list[str]:
 def whole_suite(selection: Mapping[str, Any], suite: str) -> bool:
     """Whether a run collected the whole suite: no path below it, nothing inside it ``--ignore``-d."""
     return bool(selection) and not _paths_below(selection, suite) and not _ignored(selection, suite)
+
+
+def typed_selection(selection: Mapping[str, Any], suite: str) -> bool:
+    """Whether a run selected ``suite`` as typed (``pytest unit/``): the whole suite, nothing narrowed on the
+    command line (no ``-k``, ``-m``, ``--deselect``, ``--lf``); its conftest's default deselection is its own."""
+    narrowed = selection.get("keyword") or selection.get("markexpr") or selection.get("deselect")
+    return bool(selection) and whole_suite(selection, suite) and not narrowed and not selection.get("lf")
 
 
 # -- why one run alone did not run a suite in full -------------------------------------------------------------
@@ -236,8 +243,9 @@ def _by_signature(mine: Sequence[tuple[str, dict[str, Any]]], suite: str) -> lis
     return ordered[:1] if alone else ordered
 
 
-def latest_runs(reports: Path, required_suites: Sequence[str]) -> list[str]:
-    """The runs a mark without ``--run`` judges (see the module docstring), in the order they were picked."""
+def latest_runs(reports: Path, required_suites: Sequence[str], as_typed: Collection[str] = ()) -> list[str]:
+    """The runs a mark without ``--run`` judges (see the module docstring), in the order they were picked.
+    For a suite in ``as_typed`` (a scope that needs it as typed, ``pytest unit/``): its newest run as typed."""
     runs: list[str] = []
     finished = finished_runs(reports)
     for suite in required_suites:
@@ -246,6 +254,10 @@ def latest_runs(reports: Path, required_suites: Sequence[str]) -> list[str]:
             for _, rid, data in finished
             if _ran(data, suite) and not _debugging(data.get("selection") or {})
         ]
+        if suite in as_typed:
+            typed = [rid for rid, d in mine if typed_selection(d.get("selection") or {}, suite)]
+            runs += [rid for rid in typed[:1] if rid not in runs]
+            continue
         picked = _covering(mine, suite)
         runs += [rid for rid in (picked if picked is not None else _by_signature(mine, suite)) if rid not in runs]
     return runs

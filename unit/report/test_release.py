@@ -25,6 +25,12 @@ from pytest_sskj.report.release import (
     show_release,
 )
 
+# issue 45: a refusal for a suite that did not run as its scope needs ends with the command(s) that would qualify
+# (a config without scopes: the default scope 'gpu', ``pytest <suite>/``)
+QUALIFY = (
+    "required suite '{suite}' did not run as scope 'gpu' needs: run `pytest {suite}/` "
+    "(its whole collection, in one run or several that leave none of it out)"
+)
 CFG = ReleaseConfig(required_suites=("unit", "acceptance"), min_tests={"acceptance": 2})
 
 
@@ -241,7 +247,7 @@ def test_cli_mark_list_show_and_refusal_exit_codes(tmp_path: Path, capsys: pytes
     assert "marked run r1 as release v1" in capsys.readouterr().out
     assert main(["release", "list", *base]) == 0
     assert capsys.readouterr().out.startswith("v1\trun r1\t")
-    assert main(["release", "show", "v1", *base]) == 0
+    assert main(["release", "show", "v1", "--json", *base]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "release"
     assert main(["release", "show", "v9", *base]) == 2
     assert "no release 'v9'" in capsys.readouterr().err
@@ -278,7 +284,8 @@ def test_real_session_outcomes_drive_marking(pytester: pytest.Pytester) -> None:
     with pytest.raises(ReleaseRefused) as exc:
         mark("part", "part", reports_dir=pytester.path / "rep", config=cfg)
     assert exc.value.reasons == [
-        "required suite 'acceptance' did not run in full: only 'acceptance/test_b.py' was selected"
+        "required suite 'acceptance' did not run in full: only 'acceptance/test_b.py' was selected",
+        QUALIFY.format(suite="acceptance"),
     ], exc.value.reasons
 
 
@@ -299,8 +306,10 @@ def test_k_selection_is_refused_with_the_deselected_count(pytester: pytest.Pytes
     assert exc.value.reasons == [
         "required suite 'unit' did not run in full: selected with -k 'slo'",
         "required suite 'unit' did not run in full: 1 test(s) deselected",
+        QUALIFY.format(suite="unit"),
         "required suite 'acceptance' did not run in full: selected with -k 'slo'",
         "required suite 'acceptance' did not run in full: 1 test(s) deselected",
+        QUALIFY.format(suite="acceptance"),
     ], exc.value.reasons
 
 
@@ -347,9 +356,10 @@ def test_ignored_path_of_a_required_suite_is_refused(pytester: pytest.Pytester) 
     res.assert_outcomes(passed=2)
     with pytest.raises(ReleaseRefused) as exc:
         mark("i", "v1", reports_dir=pytester.path / "rep", config=load_config(pytester.path / "release.toml"))
-    assert exc.value.reasons == ["required suite 'unit' did not run in full: --ignore unit/test_b.py"], (
-        exc.value.reasons
-    )
+    assert exc.value.reasons == [
+        "required suite 'unit' did not run in full: --ignore unit/test_b.py",
+        QUALIFY.format(suite="unit"),
+    ], exc.value.reasons
 
 
 def test_the_plugins_own_not_applicable_deselection_is_listed_not_a_partial_suite(pytester: pytest.Pytester) -> None:
@@ -413,7 +423,10 @@ def test_inner_loop_and_slow_phase_together_are_the_suite_in_full(
     assert json.loads(out.read_text())["counts"] == {"passed": 3}, "all three tests, from the two sessions"
     with pytest.raises(ReleaseRefused) as alone:
         mark("fast", "alone", reports_dir=pytester.path / "rep", config=cfg)
-    assert alone.value.reasons == ["required suite 'unit' did not run in full: 1 test(s) deselected"]
+    assert alone.value.reasons == [
+        "required suite 'unit' did not run in full: 1 test(s) deselected",
+        QUALIFY.format(suite="unit"),
+    ]
     with pytest.raises(ReleaseRefused) as gap:
         mark(["slow", "k"], "gap", reports_dir=pytester.path / "rep", config=cfg)
     assert "required suite 'unit' did not run in full: selected with -k 'fast'" in gap.value.reasons, (
@@ -539,7 +552,10 @@ def test_ci_phases_that_together_ran_the_whole_collection_are_released_whatever_
     ), two.value.reasons
     with pytest.raises(ReleaseRefused) as sub:
         mark(["twin"], "sub", reports_dir=rep, config=cfg)
-    assert sub.value.reasons == ["required suite 'unit' did not run in full: only 'unit/twin' was selected"]
+    assert sub.value.reasons == [
+        "required suite 'unit' did not run in full: only 'unit/twin' was selected",
+        QUALIFY.format(suite="unit"),
+    ]
     ka = ("unit", "unit/twin", "--run-slow", "-k", "fast or job", "--run-id", "ka")  # names unit/twin: e2e kept
     pytester.runpytest(*ka, *opts).assert_outcomes(passed=2)
     pytester.runpytest("unit", "--run-slow", "-k", "slow or model", "--run-id", "kb", *opts).assert_outcomes(passed=2)
@@ -587,5 +603,8 @@ def test_readme_and_release_mark_help_state_the_same_rule(capsys: pytest.Capture
         assert claim in flat(readme), f"README's release section should say: {claim}"
         assert claim in flat(helptext), f"release mark --help should say: {claim}"
     ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
-    assert re.search(r'release mark --tag "ci-cpu-[^\n]*--scope cpu \|\| rc_rel=\$\?', ci), "CI runs the README's mark"
+    assert re.search(
+        r'tag="ci-cpu-[^\n]*\n\s+python -m pytest_sskj release mark --tag "\$tag" --scope cpu \|\| rc_rel=\$\?', ci
+    ), "CI runs the README's mark"
+    assert 'python -m pytest_sskj release show "$tag"' in ci, "CI prints the mark it made (issue 45)"
     assert re.search(r'if \[ "\$rc_rel" -ne 0 \]; then\n(.*\n)?\s+exit "\$rc_rel"', ci), "a refused mark fails CI"

@@ -262,11 +262,17 @@ def _users_prefill(cfg: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.fixture(scope="module")
+def users_ab(ssh_config: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, float, Path]:
+    """The users' 36-point A/B (seed 000's command), run once for the tests that judge it."""
+    return _job(tmp_path_factory.mktemp("reports"), "kimi3-ab", *_users_prefill(ssh_config))
+
+
 @GROUP_AB
 def test_the_users_prefill_ab_passes_and_its_summary_states_seed_000s_conclusions_computed(
-    ssh_config: Path, tmp_path: Path
+    users_ab: tuple[int, str, float, Path],
 ) -> None:
-    rc, out, wall, run = _job(tmp_path, "users-ab", *_users_prefill(ssh_config))
+    rc, out, wall, run = users_ab
     assert rc == 0, f"the users' job should pass on the seed-calibrated twin, exit {rc}:\n{out[-6000:]}"
     rows, verdicts, settings = _read(run)
     points = {(r["backend"], r["chunk"], r["concurrency"], r["repeat"]) for r in rows if r["status"] == "passed"}
@@ -305,6 +311,47 @@ def test_the_users_prefill_ab_passes_and_its_summary_states_seed_000s_conclusion
     _assert_every_rank_log(run, USER_NODES[:4], servers=starts)
     assert _foreign_pids() == {}, "the launcher's teardown leaves nothing but sshd on the hosts"
     print(f"users' 36-point job: {wall:.1f} s wall")
+
+
+@GROUP_AB
+def test_the_readme_release_flow_marks_the_users_green_job_and_unit_as_typed_as_a_job_release(
+    users_ab: tuple[int, str, float, Path],
+) -> None:
+    """Issue 45: README "Release your own job", as written, on a CPU box -- the twin job stands in for the cluster
+    run: ``SSKJ_RUN_ID=unit pytest unit/``, the job, ``release mark --tag ... --scope job``, ``release show``."""
+    rc, out, _, run = users_ab
+    assert rc == 0, f"the users' job must be green to be released, exit {rc}:\n{out[-3000:]}"
+    reports = run.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SSKJ_RUN_ID", "SSKJ_NETNS_"))}
+    env["SSKJ_REPORTS_DIR"] = str(reports)
+    unit = subprocess.run(
+        [sys.executable, "-m", "pytest", "unit/"],
+        cwd=REPO,
+        env={**env, "SSKJ_RUN_ID": "unit"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert unit.returncode == 0, f"`pytest unit/` as typed must pass, exit {unit.returncode}:\n{unit.stdout[-3000:]}"
+    cli = [sys.executable, "-m", "pytest_sskj", "release"]
+    marked = subprocess.run(
+        [*cli, "mark", "--tag", "kimi3-ab-v1", "--scope", "job"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert marked.returncode == 0, f"the README's mark should succeed:\n{marked.stdout}\n{marked.stderr}"
+    assert marked.stdout.startswith("judging the latest runs: unit+kimi3-ab (name others with --run)"), marked.stdout
+    shown = subprocess.run([*cli, "show", "kimi3-ab-v1"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("release kimi3-ab-v1: release, scope job ("), lines
+    assert re.search(r"build pytest-sskj \S+ @ [0-9a-f]{12}$", lines[1]), f"the build identity: {lines[1]}"
+    assert re.match(
+        r"  unit: as typed, run\(s\) unit \(pytest unit/\); \d+ test\(s\) its defaults deselect", lines[2]
+    ), lines[2]
+    job = "  acceptance: its whole collection, run(s) kimi3-ab (pytest acceptance/ --profile twin/kimi3-sglang-prefill"
+    assert lines[3].startswith(job) and "--nodes 601-604 --backend marlin,flashinfer_mxfp4" in lines[3], lines[3]
+    verdicts = [ln for ln in lines if ln.startswith("  flashinfer_mxfp4 vs marlin at chunk ")]
+    assert len(verdicts) == 6 and all(ln.endswith(": better") for ln in verdicts), verdicts
 
 
 @GROUP_REST
