@@ -225,7 +225,7 @@ def _release_show(args: argparse.Namespace, reports: Path) -> int:
 
     try:
         data = release.show_release(args.tag, reports)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         _err(str(exc))
         return 2
     _out(json.dumps(data, indent=2, sort_keys=True) if args.json else release.describe_release(data))

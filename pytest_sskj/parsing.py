@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_sskj.files import read_text_file
+
 __all__ = [
     "check_host",
     "check_template",
@@ -186,10 +188,12 @@ def _load_inventory(path: Path) -> list[str]:
         import tomllib
     else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
-    if not path.is_file():
-        raise ValueError(f"inventory file {str(path)!r} does not exist")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = read_text_file(path, what="inventory file", limit=1024 * 1024)
+    except FileNotFoundError:
+        raise ValueError(f"inventory file {str(path)!r} does not exist") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"inventory file {str(path)!r} is not valid TOML: {exc}") from None
     nodes = data.get("nodes")

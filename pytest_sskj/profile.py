@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_sskj.errors import ValueProblem
+from pytest_sskj.files import file_kind, read_text_file
 
 if TYPE_CHECKING:
     from pytest_sskj.options import Option
@@ -62,6 +63,9 @@ __all__ = [
 
 _ALIASES = {"model": "model_name", "backend": "backends", "chunk": "chunks", "concurrency": "concurrencies"}
 _NOT_IN_PROFILE = {"profile", "dry_run", "run_id", "resume"}
+
+_PROFILE_LIMIT = 1024 * 1024
+"""The size bound of a profile file (a profile is a page of TOML)."""
 
 
 def profile_keys(options: Iterable[Option]) -> tuple[str, ...]:
@@ -150,6 +154,13 @@ def find_profile(ref: str | Path, search: Sequence[Path] = ()) -> Path:
     p = Path(ref).expanduser()
     if p.is_file():
         return p
+    if p.exists() and not p.is_dir():  # a FIFO, device or socket: never opened (a FIFO would block the read)
+        kind = file_kind(p.stat().st_mode)
+        raise ValueProblem(
+            f"profile {str(p)!r} is {kind}, not a regular file",
+            accepted="a profile name from profiles/ or a path to a regular .toml file",
+            hint="`python -m pytest_sskj profiles` lists the profiles",
+        )
     roots = profile_roots(search)
     name = str(ref)
     for root in roots:
@@ -183,10 +194,12 @@ def list_profiles(search: Sequence[Path] = ()) -> list[tuple[str, Path]]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ValueError(f"profile {str(path)!r} does not exist")
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = read_text_file(path, what="profile", limit=_PROFILE_LIMIT)
+    except FileNotFoundError:
+        raise ValueError(f"profile {str(path)!r} does not exist") from None
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
         return data
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"profile {str(path)!r} is not valid TOML: {exc}") from None

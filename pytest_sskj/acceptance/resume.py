@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.files import read_json_file
 from pytest_sskj.settings import Settings
 
 __all__ = ["MEASURED_SETTINGS", "MEASUREMENT_FILE", "differences", "fingerprint", "guard_resume", "write_fingerprint"]
@@ -109,10 +110,10 @@ def guard_resume(settings: Settings) -> list[str]:
     d = settings.reports_dir / str(settings.resume)
     stored: Any = None
     try:
-        stored = json.loads((d / MEASUREMENT_FILE).read_text(encoding="utf-8"))
+        stored = read_json_file(d / MEASUREMENT_FILE, what="the run's measurement record")
     except (OSError, ValueError):
         try:  # a run from before the fingerprint: its manifest's settings
-            manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+            manifest = read_json_file(d / "manifest.json", what="the run's manifest")
             stored = {k: v for k, v in (manifest.get("settings") or {}).items() if k in MEASURED_SETTINGS}
             stored = {k: (_digest(v) if k in _DIGESTED else v) for k, v in stored.items()}
         except (OSError, ValueError, AttributeError):

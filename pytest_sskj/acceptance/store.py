@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.files import read_json_file
 from pytest_sskj.rundir import RunLayout, atomic_write_json, jsonable
 
 __all__ = ["MEASURED_FAILURES", "PointStore", "StepLog", "atomic_write_json", "jsonable"]
@@ -28,8 +29,8 @@ Other failures (crash, OOM, NCCL, hang, launch, bench client) and ``not_run`` ro
 
 def _read_json(path: Path) -> Any | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json_file(path)
+    except (OSError, ValueError):  # missing, not a regular file, corrupt: nothing to resume from
         return None
 
 

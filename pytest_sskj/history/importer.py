@@ -6,12 +6,12 @@ release marks that name the run; writing is idempotent (a run imported twice hol
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_sskj.acceptance.store import PointStore
+from pytest_sskj.files import read_json_file
 from pytest_sskj.history.db import ResultsDB, run_record
 from pytest_sskj.report.results import read_results, read_verdicts
 from pytest_sskj.rundir import RunLayout
@@ -33,7 +33,7 @@ class Imported:
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     """``manifest.json`` of ``run_dir``; ``{}`` when missing or unreadable."""
     try:
-        data = json.loads(RunLayout(run_dir).manifest.read_text(encoding="utf-8"))
+        data = read_json_file(RunLayout(run_dir).manifest, what="the run's manifest")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -44,8 +44,10 @@ def release_marks(reports_dir: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted((reports_dir / "releases").glob("*.json")):
         try:
-            d = json.loads(path.read_text(encoding="utf-8"))
+            d = read_json_file(path, what="release mark")
         except (OSError, ValueError):
+            continue
+        if not isinstance(d, dict):
             continue
         runs = d.get("run_id")
         ids = [str(r) for r in runs] if isinstance(runs, list) else [str(runs)]

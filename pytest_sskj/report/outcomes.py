@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.files import read_json_file
 from pytest_sskj.report.scrub import scrub_text
 from pytest_sskj.rundir import atomic_write_text
 
@@ -137,15 +138,13 @@ class OutcomeRecorder:
 def load_outcomes(run_dir: Path) -> dict[str, Any]:
     """The parsed ``outcomes.json`` of ``run_dir``; ``FileNotFoundError``/``ValueError`` say what is wrong."""
     path = run_dir / OUTCOMES_FILE
-    if not path.is_file():
+    try:
+        data = read_json_file(path, what="outcomes")
+    except FileNotFoundError:
         raise FileNotFoundError(
             f"{path} does not exist: the run recorded no test outcomes (was pytest-sskj's "
             f"report plugin active, and did the run get past collection?)"
-        )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc.msg} at char {exc.pos})") from None
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("tests"), list):
         raise ValueError(f"{path} has no 'tests' list")
     return data

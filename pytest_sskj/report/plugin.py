@@ -12,7 +12,6 @@ plots, and the manifest's ``report`` fact.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Generator, Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_sskj.files import read_json_file
 from pytest_sskj.report import allure as sskj_allure
 from pytest_sskj.report.outcomes import MARKERS_ATTR, OutcomeRecorder
 from pytest_sskj.report.results import ResultsWriter, read_results, read_verdicts
@@ -38,8 +38,8 @@ REPORTER = "sskj-reporter"
 
 def _manifest_data(run_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        data = read_json_file(run_dir / "manifest.json", what="the run's manifest")
+    except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 

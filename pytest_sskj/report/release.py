@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.files import FileRefused, read_json_file, read_text_file
 from pytest_sskj.report.outcomes import load_outcomes
 from pytest_sskj.report.release_cover import latest_runs as _latest_runs
 from pytest_sskj.report.release_cover import suite_reasons
@@ -67,6 +68,8 @@ __all__ = [
 ]
 
 CONFIG_NAME = "release.toml"
+_CONFIG_LIMIT = 1024 * 1024
+_NOT_AN_OBJECT = "release mark {path} is not a JSON object (a corrupt mark); mark the release again"
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 
 
@@ -181,9 +184,11 @@ def find_config(start: Path | None = None) -> Path | None:
 def load_config(path: Path) -> ReleaseConfig:
     """Parse ``release.toml``; ``ValueError`` names the key that is wrong and what it must be."""
     try:
-        data = _toml_loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
+        text = read_text_file(path, what="release config", limit=_CONFIG_LIMIT)
+    except FileNotFoundError:
+        raise ValueError(f"release config {path} does not exist; pass --config PATH to a release.toml") from None
+    try:
+        data = _toml_loads(text)
     except Exception as exc:  # tomllib.TOMLDecodeError
         raise ValueError(f"{path} is not valid TOML: {exc}") from None
     rel = data.get("release")
@@ -342,9 +347,9 @@ def _load_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(outcomes, manifest) of one run; ``ValueError``/``FileNotFoundError`` say what is missing."""
     outcomes = load_outcomes(run_dir)
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{run_dir / 'manifest.json'} is missing or unreadable: {exc}") from None
+        manifest = read_json_file(run_dir / "manifest.json", what="the run's manifest")
+    except FileNotFoundError:
+        raise ValueError(f"{run_dir / 'manifest.json'} is missing: the run recorded no manifest") from None
     return outcomes, manifest if isinstance(manifest, dict) else {}
 
 
@@ -523,7 +528,9 @@ def list_releases(reports_dir: Path | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for path in sorted(_release_dir(reports_dir).glob("*.json")):
         try:
-            d = json.loads(path.read_text(encoding="utf-8"))
+            d = read_json_file(path, what="release mark")
+            if not isinstance(d, dict):
+                raise FileRefused(_NOT_AN_OBJECT.format(path=path))
             out.append(
                 {
                     "tag": d.get("tag", path.stem),
@@ -533,16 +540,22 @@ def list_releases(reports_dir: Path | None = None) -> list[dict[str, Any]]:
                     "suites": sorted(d.get("suites", {})),
                 }
             )
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:
             out.append({"tag": path.stem, "error": f"unreadable: {exc}"})
     return sorted(out, key=lambda d: str(d.get("marked_at") or ""))
 
 
 def show_release(tag: str, reports_dir: Path | None = None) -> dict[str, Any]:
-    """The stored mark of ``tag``; ``FileNotFoundError`` lists the tags there are."""
+    """The stored mark of ``tag``; ``FileNotFoundError`` lists the tags there are, :class:`FileRefused` (a
+    ``ValueError``) says why a mark that is there cannot be read (not a regular file, corrupt)."""
     path = _release_dir(reports_dir) / f"{tag}.json"
-    if not _TAG.match(tag) or not path.is_file():
+    try:
+        data = read_json_file(path, what="release mark") if _TAG.match(tag) else None
+    except FileNotFoundError:
+        data = None
+    if data is None:
         known = ", ".join(p.stem for p in sorted(_release_dir(reports_dir).glob("*.json"))) or "none"
         raise FileNotFoundError(f"no release {tag!r} in {_release_dir(reports_dir)} (known: {known})")
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise FileRefused(_NOT_AN_OBJECT.format(path=path))
     return data

@@ -20,12 +20,12 @@ the suite (a CI phase such as ``pytest unit/twin/``) for what is still uncovered
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.files import read_json_file
 from pytest_sskj.report.outcomes import suite_of
 
 __all__ = ["finished_runs", "latest_runs", "selection_reasons", "suite_reasons", "typed_selection", "whole_suite"]
@@ -181,8 +181,8 @@ def finished_runs(reports: Path) -> list[tuple[float, str, dict[str, Any]]]:
     found: list[tuple[float, str, dict[str, Any]]] = []
     for path in reports.glob("*/outcomes.json"):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            data = read_json_file(path, what="outcomes")
+        except (OSError, ValueError):  # not a regular file, corrupt: not a finished run
             continue
         if isinstance(data, dict) and isinstance(data.get("tests"), list):
             found.append((float(data.get("written") or path.stat().st_mtime), path.parent.name, data))

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_sskj.files import read_json_file
+
 if TYPE_CHECKING:
     from pytest_sskj.spec import ServerSpec
 
@@ -30,6 +32,7 @@ __all__ = [
 ]
 
 SCHEMA = 1
+_STATE_LIMIT = 4 * 1024 * 1024
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -135,10 +138,7 @@ class DeploymentState:
 
 def read_state(path: Path) -> DeploymentState:
     """The state in ``path``; ``FileNotFoundError`` when there is none, ``ValueError`` when it is unreadable."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a deployment state file ({exc})") from None
+    data = read_json_file(path, what="deployment state file", limit=_STATE_LIMIT)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a deployment state file (a JSON object is expected)")
     try:

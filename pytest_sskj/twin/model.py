@@ -25,6 +25,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+from pytest_sskj.files import read_text_file
+
 __all__ = [
     "CELL_KEYS",
     "Cell",
@@ -243,7 +245,12 @@ def calibrate(cell: Cell, default_tpot_ms: float) -> EngineParams:
 
 # -- loading -------------------------------------------------------------------------------------------------
 def _read(path: Path) -> dict[str, Any]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = read_text_file(path, what="twin model", limit=4 * 1024 * 1024)
+    except FileNotFoundError:
+        raise ModelError(f"twin model {path} does not exist") from None
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
     if path.suffix == ".json":
         data = json.loads(text)
     else:

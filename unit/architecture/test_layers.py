@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "hookspecs",
                 "schema",
                 "httpopts",
+                "files",
             }
         ),
     ),
