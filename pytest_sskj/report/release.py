@@ -373,6 +373,8 @@ class _Runs:
     loaded: dict[str, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
     selections: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    runs_by_suite: dict[str, list[str]] = field(default_factory=dict)
+    """Per suite the runs that ran tests of it, in the order given."""
     reasons: list[str] = field(default_factory=list)
 
     def add(self, rid: str, run_dir: Path, prefix: str) -> None:
@@ -390,6 +392,7 @@ class _Runs:
         selection = dict(outcomes.get("selection") or {})
         for suite in {str(t.get("suite")) for t in tests}:
             self.selections.setdefault(suite, []).append({**selection, "run_id": rid} if selection else {})
+            self.runs_by_suite.setdefault(suite, []).append(rid)
         for t in tests:
             prev = self.tests.get(str(t.get("nodeid")))
             if prev is None or prev.get("outcome") == "passed":
@@ -400,29 +403,21 @@ def _provenance(runs: Sequence[str], got: _Runs, config: ReleaseConfig, scope: S
     """Which runs stand for which suite, their commands as typed, the one build they came from, how much of each
     suite the scope needed and what its defaults left out."""
     return {
-        "runs_by_suite": {
-            suite: [rid for rid in runs if any(t.get("suite") == suite for t in got.loaded[rid][0].get("tests", []))]
-            for suite in config.required_suites
-        },
+        "runs_by_suite": {suite: got.runs_by_suite.get(suite, []) for suite in config.required_suites},
         "commands": {rid: command_as_typed(got.loaded[rid][1]) for rid in runs},
         "build": build_identity({rid: got.loaded[rid][1] for rid in runs}),
         "coverage": {suite: scope.coverage_of(suite) for suite in config.required_suites},
-        "not_required": _not_required(runs, got, config, scope),
+        "not_required": _not_required(got, config, scope),
     }
 
 
-def _not_required(runs: Sequence[str], got: _Runs, config: ReleaseConfig, scope: Scope) -> dict[str, int]:
+def _not_required(got: _Runs, config: ReleaseConfig, scope: Scope) -> dict[str, int]:
     """Per suite the scope needs as typed: how many tests its run's own defaults deselected (not required)."""
     out: dict[str, int] = {}
     for suite in config.required_suites:
         if scope.coverage_of(suite) != "as-typed":
             continue
-        outcomes = [got.loaded[rid][0] for rid in runs]
-        counts = [
-            int(((o.get("selection") or {}).get("deselected") or {}).get(suite, 0) or 0)
-            for o in outcomes
-            if any(t.get("suite") == suite for t in o.get("tests", []))
-        ]
+        counts = [int((sel.get("deselected") or {}).get(suite, 0) or 0) for sel in got.selections.get(suite, [])]
         out[suite] = min(counts) if counts else 0
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,20 +13,21 @@ import pytest
 from pytest_sskj.files import FileRefused, read_json_file, read_text_file
 
 
-def _bounded(fn: object, *args: object, **kw: object) -> BaseException | object:
-    """Run ``fn`` in a thread for at most 5 s: a reader that blocks (on a FIFO) fails the test instead of hanging."""
+def bounded(fn: Callable[..., object], *args: object, limit_s: float = 5.0, **kw: object) -> object:
+    """``fn(*args, **kw)`` in a thread for at most ``limit_s``: its result, or the exception it raised; a call that
+    blocks (a reader on a FIFO) fails the test instead of hanging it.  unit/report/test_release_files.py uses it too."""
     out: list[object] = []
 
     def run() -> None:
         try:
-            out.append(fn(*args, **kw))  # type: ignore[operator]
+            out.append(fn(*args, **kw))
         except BaseException as exc:
             out.append(exc)
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    t.join(5.0)
-    assert not t.is_alive(), f"reading {args} did not return within 5 s (it blocked)"
+    t.join(limit_s)
+    assert not t.is_alive(), f"{getattr(fn, '__name__', fn)}{args} did not return within {limit_s} s (it blocked)"
     return out[0]
 
 
@@ -60,7 +62,7 @@ def test_what_is_not_a_regular_file_is_refused_without_being_opened(tmp_path: Pa
     else:
         path.symlink_to(tmp_path / "y")
         (tmp_path / "y").symlink_to(path)
-    got = _bounded(read_text_file, path, what="release config")
+    got = bounded(read_text_file, path, what="release config")
     assert isinstance(got, FileRefused), f"expected a refusal, got {got!r}"
     assert str(got) == f"release config {path} {expected}", str(got)
 
@@ -89,11 +91,11 @@ def test_the_readers_of_profiles_twin_models_and_resume_refuse_a_fifo_at_once(tm
 
     fifo = tmp_path / "p.toml"
     os.mkfifo(fifo)
-    got = _bounded(find_profile, str(fifo))
+    got = bounded(find_profile, str(fifo))
     assert isinstance(got, ValueProblem) and f"profile {str(fifo)!r} is a FIFO (named pipe)" in str(got), got
-    got = _bounded(load_profile, fifo, ())
+    got = bounded(load_profile, fifo, ())
     assert isinstance(got, ValueError) and f"profile {fifo} is a FIFO (named pipe)" in str(got), got
-    got = _bounded(load_model, fifo)
+    got = bounded(load_model, fifo)
     assert isinstance(got, ModelError) and f"twin model {fifo} is a FIFO (named pipe)" in str(got), got
     run = tmp_path / "run"
     run.mkdir()
@@ -104,7 +106,7 @@ def test_the_readers_of_profiles_twin_models_and_resume_refuse_a_fifo_at_once(tm
     from pytest_sskj.acceptance.resume import guard_resume
 
     settings = SimpleNamespace(reports_dir=tmp_path, resume="run")
-    got = _bounded(guard_resume, settings)
+    got = bounded(guard_resume, settings)
     assert got == [
         f"{run} records neither {MEASUREMENT_FILE} nor manifest settings: cannot prove it measured the same"
     ], got

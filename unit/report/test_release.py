@@ -46,6 +46,17 @@ def _test(nodeid: str, outcome: str = "passed", when: str = "call", message: str
     }
 
 
+SLOW_CONFTEST = (
+    "import pytest\n"
+    "def pytest_addoption(parser):\n    parser.addoption('--run-slow', action='store_true')\n"
+    "def pytest_collection_modifyitems(config, items):\n"
+    "    if config.getoption('--run-slow'):\n        return\n"
+    "    slow = [i for i in items if i.get_closest_marker('slow')]\n"
+    "    config.hook.pytest_deselected(items=slow)\n"
+    "    items[:] = [i for i in items if i not in slow]\n"
+)
+"""A suite's conftest that deselects its slow tests unless ``--run-slow`` is given (as unit/conftest.py does)."""
+
 FULL: dict[str, Any] = {"args": ["unit", "acceptance"], "keyword": "", "markexpr": "", "deselected": {}}
 
 GREEN = [
@@ -397,15 +408,7 @@ def test_inner_loop_and_slow_phase_together_are_the_suite_in_full(
     Under xdist the deselection happens on the workers only: it must reach outcomes.json all the same."""
     pytester.makepyfile(
         **{
-            "unit/conftest.py": (
-                "import pytest\n"
-                "def pytest_addoption(parser):\n    parser.addoption('--run-slow', action='store_true')\n"
-                "def pytest_collection_modifyitems(config, items):\n"
-                "    if config.getoption('--run-slow'):\n        return\n"
-                "    slow = [i for i in items if i.get_closest_marker('slow')]\n"
-                "    config.hook.pytest_deselected(items=slow)\n"
-                "    items[:] = [i for i in items if i not in slow]\n"
-            ),
+            "unit/conftest.py": SLOW_CONFTEST,
             "unit/test_a.py": (
                 "import pytest\ndef test_fast():\n    pass\ndef test_other():\n    pass\n"
                 "@pytest.mark.slow\ndef test_slow():\n    pass\n"
@@ -479,15 +482,7 @@ def test_rank_reasons_puts_run_problems_first_and_groups_skips() -> None:
 
 
 _PHASED = {
-    "unit/conftest.py": (
-        "import pytest\n"
-        "def pytest_addoption(parser):\n    parser.addoption('--run-slow', action='store_true')\n"
-        "def pytest_collection_modifyitems(config, items):\n"
-        "    if config.getoption('--run-slow'):\n        return\n"
-        "    slow = [i for i in items if i.get_closest_marker('slow')]\n"
-        "    config.hook.pytest_deselected(items=slow)\n"
-        "    items[:] = [i for i in items if i not in slow]\n"
-    ),
+    "unit/conftest.py": SLOW_CONFTEST,
     # as unit/twin/conftest.py: its end-to-end file runs only in a session that names unit/twin
     "unit/twin/conftest.py": (
         "from pathlib import Path\n"

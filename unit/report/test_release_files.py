@@ -6,34 +6,22 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pytest_sskj.__main__ import main
+from unit.foundation.test_files import bounded
 from unit.report.test_release import _run
 
 REPO_CFG = Path(__file__).resolve().parents[2] / "release.toml"
 
 
 def _main_bounded(argv: list[str]) -> int:
-    """``main(argv)`` in a thread, 10 s at most: a command that blocks on a FIFO fails here instead of hanging."""
-    out: list[int | BaseException] = []
-
-    def run() -> None:
-        try:
-            out.append(main(argv))
-        except BaseException as exc:
-            out.append(exc)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(10.0)
-    assert not t.is_alive(), f"{argv} did not return within 10 s (it blocked on a file)"
-    got = out[0]
-    assert not isinstance(got, BaseException), f"{argv} raised {got!r} instead of refusing cleanly"
+    """``main(argv)``, 10 s at most (:func:`unit.foundation.test_files.bounded`), and no exception."""
+    got = bounded(main, argv, limit_s=10.0)
+    assert isinstance(got, int), f"{argv} raised {got!r} instead of refusing cleanly"
     return got
 
 

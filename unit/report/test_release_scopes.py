@@ -13,17 +13,9 @@ import pytest
 
 from pytest_sskj.__main__ import main
 from pytest_sskj.report.release import ReleaseConfig, ReleaseRefused, latest_runs, load_config, mark
+from unit.report.test_release import SLOW_CONFTEST
 
 REPO_CFG = Path(__file__).resolve().parents[2] / "release.toml"
-SLOW_CONFTEST = (
-    "import pytest\n"
-    "def pytest_addoption(parser):\n    parser.addoption('--run-slow', action='store_true')\n"
-    "def pytest_collection_modifyitems(config, items):\n"
-    "    if config.getoption('--run-slow'):\n        return\n"
-    "    slow = [i for i in items if i.get_closest_marker('slow')]\n"
-    "    config.hook.pytest_deselected(items=slow)\n"
-    "    items[:] = [i for i in items if i not in slow]\n"
-)
 GPU_ABSENT = "needs 1 x GPU, found 0 GPUs (NVML: NVML Shared Library Not Found)"
 FILES = {
     "unit/conftest.py": SLOW_CONFTEST,
