@@ -1,5 +1,9 @@
 """Repository glue: pytester for the plugin's self-tests (must be a top-level conftest).
 
+Third-party pytest plugins installed beside the project (pytest-benchmark, pytest-asyncio, ...) are foreign
+(pytest_sskj/testing/plugins.py): the repository's ``filterwarnings = error`` shows their warnings instead of
+raising them, in ``pytest unit/`` and ``pytest acceptance/`` alike (issue 54).
+
 Every ``pytester.popen`` child (``runpytest_subprocess``, ``run``) is started in its own session and
 killed, with its whole process group, when the test ends: a Ctrl-C or SIGINT to the outer pytest (which
 the child does not receive when it is sent to that process alone) must not leave an inner pytest (and
@@ -11,12 +15,25 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from pytest_sskj.testing.plugins import foreign_warning_filters
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Foreign plugins' warnings are shown, not raised: in every later stage through the ini filters that pytest
+    reads again for each, and in the rest of the configure stage (a plugin's warning from its own
+    ``pytest_configure``, which this runs before) through the filters already in force."""
+    for line in foreign_warning_filters():
+        config.addinivalue_line("filterwarnings", line)
+        warnings.filterwarnings("default", module=line.split(":", 3)[3])
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ session (or a server) in a subprocess for several seconds each -- the secret-pla
 the unit-run records, ``serve`` outliving its command, the Allure session -- are in the slow phase too (issue
 26: the inner loop as typed in about a minute on two cores).  The numerics, metrics,
 option parsing, oracle and the embedded engine's end-to-end tests stay in the inner loop.  Inner pytest runs
-(pytester, ``python -m pytest``) leave out the third-party plugins that none of them uses (hypothesis, anyio):
-loading them is most of a bare pytest start-up here.
+(pytester, ``python -m pytest``) load only the plugins the project installs and tests (:data:`INNER_ADDOPTS`).
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ import sqlalchemy.dialects.postgresql
 import sqlalchemy.dialects.sqlite
 
 from pytest_sskj.subsystems import OPTIONS
+from pytest_sskj.testing.plugins import inner_run_addopts
 
 # In-process pytester runs restore ``sys.modules`` afterwards, dropping what they imported; SQLAlchemy's dialect
 # modules register functions in a registry that outlives them, so a dialect first imported inside an inner run
@@ -108,7 +108,10 @@ _read_installed_distributions_once()
 
 RUN_SLOW = "--run-slow"
 SLOW_HINT = "pytest unit/ --run-slow -m slow"
-INNER_ADDOPTS = "-p no:hypothesispytest -p no:anyio"
+INNER_ADDOPTS = inner_run_addopts()
+"""Inner pytest runs (pytester, ``python -m pytest``) load exactly the plugins the project installs and tests: every
+other installed plugin is blocked by name (pytest_sskj/testing/plugins.py; issue 54: pytest-benchmark, installed on
+the GPU box, failed 91 self-tests from inside their inner runs)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

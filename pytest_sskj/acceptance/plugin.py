@@ -4,7 +4,8 @@ The suite's tests (``acceptance/test_*.py``) ask for one of six parameters and t
 from :class:`~pytest_sskj.settings.Settings`: ``sskj_point`` (serving points, in execution order: grouped
 by server, or A B A B where restarts are cheap), ``sskj_comparison``, ``sskj_curve``, ``sskj_slo_config``,
 ``sskj_baseline_config`` and ``sskj_search_config``.  Collection puts serving points first, then SLO gates,
-baseline gates, comparisons, chunk curves and searches, so verdicts find their points already measured.
+baseline gates, comparisons, chunk curves and searches, so verdicts find their points already measured; within
+each, the plan's order, whatever a reordering plugin did (pytest-randomly: :func:`order_note`).
 Each acceptance test gets a pytest-timeout ``signal``-method marker sized to its server start (so fixture
 teardown still runs after a timeout) unless it already has one.  The session object :class:`Acceptance` (in
 ``config.stash``) runs points through :class:`~pytest_sskj.acceptance.runner.PointRunner`, builds verdicts and
@@ -30,7 +31,7 @@ from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
 
-__all__ = ["ACCEPTANCE_KEY", "PARAMS", "Acceptance", "SiteDefaults", "get_acceptance", "sskj_acceptance"]
+__all__ = ["ACCEPTANCE_KEY", "PARAMS", "Acceptance", "SiteDefaults", "get_acceptance", "order_note", "sskj_acceptance"]
 
 SESSION_T0_KEY = pytest.StashKey[float]()
 """``time.perf_counter()`` at session start: the overhead line compares the session's wall time with the
@@ -141,6 +142,33 @@ def _param_rank(item: pytest.Item) -> int:
     return -1
 
 
+def _plan_position(item: pytest.Item) -> tuple[str, int, tuple[int, ...], str]:
+    """Where an acceptance test stands in the plan, whatever order it arrived in: its test function, then its
+    parameters' positions in their plan lists (points in execution order: grouped by server, or A B A B).  A
+    reordering plugin (pytest-randomly shuffles every module's tests before any other plugin sees them) must not
+    turn interleaved repeats into blocks, nor make one server start per point: the run order is part of the
+    measurement's design.  Other tests keep the order they arrived in."""
+    path, lineno, _ = item.location
+    indices = getattr(getattr(item, "callspec", None), "indices", {})
+    return (path, -1 if lineno is None else lineno, tuple(indices.values()), item.nodeid)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return order_note(config) if config.stash.get(SETTINGS_KEY, None) is not None else None
+
+
+def order_note(config: pytest.Config) -> str | None:
+    """The report header's line when pytest-randomly would reorder the session: the acceptance tests keep the plan's
+    order (:func:`_plan_position`) and its reseeding of the global RNGs does not reach the workloads (every prompt,
+    request and twin draw comes from its own seeded generator)."""
+    if not config.pluginmanager.hasplugin("randomly") or not config.getoption("randomly_reorganize", False):
+        return None
+    return (
+        "sskj: acceptance tests run in the plan's order (the order is part of the A/B design); pytest-randomly "
+        "reorders only other tests, and its reseeding does not reach the seeded workloads"
+    )
+
+
 def _budget_s(settings: Settings, item: pytest.Item) -> float:
     """pytest-timeout's bound of one acceptance test: its server start plus its points, each point allowed
     the engine's budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
@@ -178,7 +206,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     _deselect_not_applicable(config, settings, items)
     order = {id(it): i for i, it in enumerate(items)}
-    items.sort(key=lambda it: (_param_rank(it), order[id(it)]))
+    items.sort(key=lambda it: (_param_rank(it), _plan_position(it) if _param_rank(it) >= 0 else (order[id(it)],)))
     timeout_on = config.pluginmanager.hasplugin("timeout") and hasattr(signal, "SIGALRM")
     cli_timeout = config.getoption("timeout", None) if timeout_on else None
     xdist_on = config.pluginmanager.hasplugin("xdist")
