@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,21 @@ def _out(text: str) -> None:
 
 def _err(text: str) -> None:
     sys.stderr.write(text + "\n")
+
+
+def _name(what: str) -> Callable[[str], str]:
+    """An argparse ``type``: a run id, release tag or baseline that names a folder or file (pytest_sskj/names.py);
+    a bad one is refused at parse time (exit 2) saying what is accepted."""
+
+    def check(text: str) -> str:
+        from pytest_sskj.names import NameRefused, check_name
+
+        try:
+            return check_name(text, what)
+        except NameRefused as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return check
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,10 +76,13 @@ def _parser() -> argparse.ArgumentParser:
         "--run",
         action="append",
         default=None,
+        type=_name("run id"),
         help="run id (the folder under --reports-dir); repeat it to judge several sessions together "
         "(default: the newest runs that cover each required suite's collection between them)",
     )
-    mark.add_argument("--tag", required=True, help="release name, e.g. v0.3.0 or kimi3-sm120-2026-11-29")
+    mark.add_argument(
+        "--tag", required=True, type=_name("release tag"), help="release name, e.g. v0.3.0 or kimi3-sm120-2026-11-29"
+    )
     mark.add_argument("--config", type=Path, default=None, help="release.toml (default: nearest one from cwd)")
     mark.add_argument("--force", action="store_true", help="replace an existing mark of the same tag")
     mark.add_argument(
@@ -80,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     lst = rsub.add_parser("list", help="list release marks")
     lst.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show = rsub.add_parser("show", help="print one release mark: scope, build, runs and their commands, counts")
-    show.add_argument("tag")
+    show.add_argument("tag", type=_name("release tag"))
     show.add_argument("--json", action="store_true", help="print the whole mark as JSON")
     for sp in (mark, lst, show):
         sp.add_argument(
@@ -122,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --check: also assert a test's History tab lists an earlier run",
     )
     summ = psub.add_parser("summary", help="regenerate summary.md and plots of a run from its files")
-    summ.add_argument("--run", required=True)
+    summ.add_argument("--run", required=True, type=_name("run id"))
     summ.add_argument("--reports-dir", type=Path, default=None)
 
     prof = sub.add_parser("profiles", help="list the profiles, or show one resolved")
@@ -234,9 +252,14 @@ def _release_show(args: argparse.Namespace, reports: Path) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     if args.action == "summary":
+        from pytest_sskj.names import NameRefused, inside
         from pytest_sskj.report.plugin import regenerate
 
-        run_dir = (args.reports_dir or _reports_default()) / args.run
+        try:
+            run_dir = inside(args.reports_dir or _reports_default(), args.run, what="run id")
+        except NameRefused as exc:
+            _err(str(exc))
+            return 2
         if not run_dir.is_dir():
             _err(f"run directory {run_dir} does not exist (see --reports-dir)")
             return 2

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_sskj import names
 from pytest_sskj.files import read_text_file
 
 __all__ = [
@@ -124,20 +125,16 @@ def parse_int_list(text: str | Sequence[str], *, minimum: int = 1) -> tuple[int,
     return values
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
 def parse_name_list(text: str | Sequence[str], *, twice_ok: bool = False) -> tuple[str, ...]:
-    """Parse ``marlin,flashinfer_mxfp4`` into a tuple of names (letters, digits, ``_ . -``).
+    """Parse ``marlin,flashinfer_mxfp4`` into a tuple of names (:func:`pytest_sskj.names.check_name`).
 
     ``twice_ok``: a name may appear twice (``--backend marlin,marlin``: an A/A control), never three times.
     """
     items = _split(text)
     if not items:
         raise ValueError("the list is empty; give at least one name")
-    for t in items:
-        if not _NAME_RE.match(t):
-            raise ValueError(f"{t!r} is not a valid name (letters, digits, '_', '.', '-')")
+    for t in items:  # a backend name becomes part of point ids, i.e. file names: the one name rule
+        names.check_name(t)
     most = max(items.count(t) for t in items)
     if most > (2 if twice_ok else 1):
         what = "more than twice (twice is an A/A control)" if twice_ok else "twice"

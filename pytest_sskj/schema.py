@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pytest_sskj import parsing
+from pytest_sskj import names, parsing
 from pytest_sskj.parsing import check_host, check_template
 from pytest_sskj.redact import redact_url
 
@@ -86,7 +86,6 @@ INFRA_ENV_SUFFIXES = ("_PYTHON",)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-_RUN_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
 _REF_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:/+-]*", re.ASCII)
 _USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}", re.ASCII)
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
@@ -382,11 +381,9 @@ _KINDS: Mapping[str, _Parser] = {
     "choice": _choice,
     "url": lambda o, t: check_url(t),
     "db": lambda o, t: check_db(t),
-    "run_id": lambda o, t: _check_name(
-        t, _RUN_ID_RE, "a folder name: letters, digits, '-', '_' and '.', not starting with '.'"
-    ),
+    "run_id": lambda o, t: names.check_name(t, "run id"),
     "ref": lambda o, t: _check_name(t, _REF_RE, "a release tag, a run id or last-release (letters, digits, '._:/+-')"),
-    "name": lambda o, t: _check_name(t, _RUN_ID_RE, "a name of letters, digits, '-', '_' and '.'"),
+    "name": lambda o, t: names.check_name(t),
     "user": lambda o, t: _check_name(t, _USER_RE, "a user name (a letter or '_', then letters, digits, '_.-'; <= 32)"),
     "template": lambda o, t: check_template(t),
     "command": lambda o, t: _command(t),
@@ -455,9 +452,9 @@ def accepted(opt: Option) -> str:
         "url": "http(s)://HOST[:PORT][/PATH] with an RFC 1123 host name or an address and a port 1-65535",
         "db": "none, postgresql://USER[:PASSWORD]@HOST[:PORT]/DB (port 1-65535), sqlite:///PATH or a file path "
         "whose folder is writable and which, if present, is a SQLite database",
-        "run_id": f"letters, digits, '-', '_' and '.', not starting with '.' or '-', at most {MAX_NAME} characters",
+        "run_id": f"a folder name: {names.RULE}",
         "ref": f"a release tag, a run id or last-release (letters, digits, '._:/+-'; at most {MAX_NAME})",
-        "name": f"letters, digits, '-', '_' and '.' (at most {MAX_NAME})",
+        "name": names.RULE,
         "user": "a user name: a letter or '_', then letters, digits, '_.-' (at most 32)",
         "template": "a host name with '{}' once where the node number goes: gpu{}, node{}.lan",
         "command": "a command name (python3) or the path of an executable file",

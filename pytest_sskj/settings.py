@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sskj import parsing, schema
+from pytest_sskj import names, parsing, schema
 from pytest_sskj.errors import ValueProblem
 from pytest_sskj.redact import REDACTED, redact_argv, redact_url, url_without_userinfo
 
@@ -331,6 +331,10 @@ def _settle(values: dict[str, Any], config: pytest.Config) -> None:
     base = _invocation_dir(config) or Path.cwd()
     reports = Path(values["reports_dir"])
     values["reports_dir"] = reports if reports.is_absolute() else base / reports
+    try:  # the run directory stays inside the reports dir, symlinks followed (the name itself was checked)
+        names.inside(values["reports_dir"], values["run_id"], what="run id")
+    except names.NameRefused as exc:
+        raise pytest.UsageError(f"--run-id: {exc}\n  Hint: pick another run id, or remove the link") from None
     values["health_timeout_s"] = values["health_timeout_s"] or 60.0
     if values["stall_timeout_s"] is None:
         values["stall_timeout_s"] = 600.0

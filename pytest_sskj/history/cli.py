@@ -10,8 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pytest_sskj.names import NameRefused, check_name, inside
 
 __all__ = ["add_parsers", "run"]
 
@@ -33,6 +36,18 @@ def _fmt(p: argparse.ArgumentParser) -> None:
     g.add_argument("--csv", dest="fmt", action="store_const", const="csv", help="print CSV")
 
 
+def _name(what: str) -> Callable[[str], str]:
+    """An argparse ``type`` for a run id or release tag (pytest_sskj/names.py): refused at parse time (exit 2)."""
+
+    def check(text: str) -> str:
+        try:
+            return check_name(text, what)
+        except NameRefused as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return check
+
+
 def add_parsers(sub: Any) -> None:
     """Add the history subcommands to ``python -m pytest_sskj``'s subparsers."""
     db = sub.add_parser("db", help="the results database")
@@ -49,8 +64,8 @@ def add_parsers(sub: Any) -> None:
     _fmt(hist)
     _common(hist)
     cmp_ = sub.add_parser("compare", help="point-by-point deltas of run B against run A (run ids or release tags)")
-    cmp_.add_argument("a", help="baseline: run id, release tag or last-release")
-    cmp_.add_argument("b", help="candidate: run id or release tag")
+    cmp_.add_argument("a", type=_name("baseline"), help="baseline: run id, release tag or last-release")
+    cmp_.add_argument("b", type=_name("candidate"), help="candidate: run id or release tag")
     cmp_.add_argument("--allow-incomparable", action="store_true", help="compare anyway, marking every point")
     cmp_.add_argument("--margin", type=float, default=0.0, help="percent B must beat A by to count as better")
     cmp_.add_argument(
@@ -62,7 +77,7 @@ def add_parsers(sub: Any) -> None:
     cmp_.add_argument("--json", dest="fmt", action="store_const", const="json", default="text")
     _common(cmp_)
     exp = sub.add_parser("export", help="the users' JSONL shapes of a run (adaptive_points/shapes, run_manifest)")
-    exp.add_argument("--run", required=True, help="run id (folder under the reports dir)")
+    exp.add_argument("--run", required=True, type=_name("run id"), help="run id (folder under the reports dir)")
     exp.add_argument("--out", type=Path, default=None, help="output folder (default: <run dir>/export)")
     exp.add_argument("--reports-dir", type=Path, default=None)
 
@@ -192,7 +207,10 @@ def _compare(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pytest_sskj.history.export import export_run
 
-    run_dir = _reports(args) / args.run
+    try:
+        run_dir = inside(_reports(args), args.run, what="run id")
+    except NameRefused as exc:
+        return _fail(str(exc))
     if not run_dir.is_dir():
         return _fail(f"run directory {run_dir} does not exist (see --reports-dir)")
     for path in export_run(run_dir, args.out):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj import names
 from pytest_sskj.history.db import ResultsDB
 from pytest_sskj.history.importer import read_manifest, release_marks
 from pytest_sskj.report.results import read_results
@@ -158,7 +159,10 @@ def refusals(current: Mapping[str, Any], baseline: Baseline) -> list[str]:
 
 
 def _run_from_files(ref: str, run_id: str, label: str, reports_dir: Path) -> Baseline | None:
-    d = reports_dir / run_id
+    try:  # a run id (given, or from a mark or the database) names a folder of the reports dir, never more
+        d = names.inside(reports_dir, run_id, what="run id")
+    except names.NameRefused:
+        return None
     if not (d / "manifest.json").is_file():
         return None
     from pytest_sskj.acceptance.store import PointStore

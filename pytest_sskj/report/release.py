@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj import names
 from pytest_sskj.files import FileRefused, read_json_file, read_text_file
 from pytest_sskj.report.outcomes import load_outcomes
 from pytest_sskj.report.release_cover import latest_runs as _latest_runs
@@ -70,7 +71,6 @@ __all__ = [
 CONFIG_NAME = "release.toml"
 _CONFIG_LIMIT = 1024 * 1024
 _NOT_AN_OBJECT = "release mark {path} is not a JSON object (a corrupt mark); mark the release again"
-_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 
 
 class ReleaseRefused(Exception):
@@ -353,14 +353,23 @@ def _load_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return outcomes, manifest if isinstance(manifest, dict) else {}
 
 
+def _name_problem(name: str, what: str) -> str | None:
+    try:
+        names.check_name(name, what)
+    except names.NameRefused as exc:
+        return str(exc)
+    return None
+
+
 def _check_request(runs: Sequence[str], tag: str, out: Path, force: bool) -> list[str]:
     if not runs:
         return [
             "no run given (--run RUN_ID), and no finished run of a required suite found under the reports dir "
             "(a `pytest unit/` is kept only when its run is named: SSKJ_RUN_ID=unit pytest unit/)"
         ]
-    if not _TAG.match(tag):
-        return [f"tag {tag!r} is not a file-name-safe name (letters, digits, . _ + -; starting with a letter or digit)"]
+    bad = [_name_problem(rid, "run id") for rid in runs] + [_name_problem(tag, "release tag")]
+    if any(bad):
+        return [b for b in bad if b]
     if out.exists() and not force:
         return [f"release {tag!r} already exists ({out}); pick another tag or --force"]
     return []
@@ -489,13 +498,20 @@ def mark(
     else:
         runs = [run_id] if isinstance(run_id, str) else list(run_id)
     shown = "+".join(runs) or "(none)"
-    out = _release_dir(reports_dir) / f"{tag}.json"
+    try:
+        out = names.inside(_release_dir(reports_dir), tag, ".json", "release tag")
+    except names.NameRefused as exc:
+        raise ReleaseRefused(shown, tag, [str(exc)], scope=the_scope.name) from None
     problems = _check_request(runs, tag, out, force)
     if problems:
         raise ReleaseRefused(shown, tag, problems, scope=the_scope.name)
     got = _Runs()
     for rid in runs:
-        got.add(rid, _reports(reports_dir) / rid, f"run {rid}: " if len(runs) > 1 else "")
+        try:
+            run_dir = names.inside(_reports(reports_dir), rid, what="run id")
+        except names.NameRefused as exc:
+            raise ReleaseRefused(shown, tag, [str(exc)], scope=the_scope.name) from None
+        got.add(rid, run_dir, f"run {rid}: " if len(runs) > 1 else "")
     _, test_reasons = judge_tests(list(got.tests.values()), config, scope=the_scope, selections=got.selections)
     builds = build_reasons({rid: m for rid, (_, m) in got.loaded.items()})
     reasons = got.reasons + builds + (test_reasons if got.loaded else [])  # with no readable run, its problems are all
@@ -543,9 +559,9 @@ def list_releases(reports_dir: Path | None = None) -> list[dict[str, Any]]:
 def show_release(tag: str, reports_dir: Path | None = None) -> dict[str, Any]:
     """The stored mark of ``tag``; ``FileNotFoundError`` lists the tags there are, :class:`FileRefused` (a
     ``ValueError``) says why a mark that is there cannot be read (not a regular file, corrupt)."""
-    path = _release_dir(reports_dir) / f"{tag}.json"
+    path = names.inside(_release_dir(reports_dir), tag, ".json", "release tag")
     try:
-        data = read_json_file(path, what="release mark") if _TAG.match(tag) else None
+        data = read_json_file(path, what="release mark")
     except FileNotFoundError:
         data = None
     if data is None:

@@ -17,8 +17,9 @@ from typing import TextIO
 
 import pytest
 
+from pytest_sskj.names import NameRefused
 from pytest_sskj.serve.control import DeploymentStatus, ServeError, load, start, status, stop
-from pytest_sskj.serve.state import known_names
+from pytest_sskj.serve.state import check_name, known_names
 
 __all__ = ["main", "parser"]
 
@@ -41,10 +42,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: Sequence[str]) -> pytest.Config:
+def _config(args: Sequence[str], *, records: bool) -> pytest.Config:
+    """The run options resolved by pytest; ``records=False`` (status, stop) writes nothing: no run directory (a
+    ``--collect-only`` session applies every check and leaves no run behind)."""
     from _pytest.config import _prepareconfig
 
-    config = _prepareconfig(["-p", "no:cacheprovider", *args], None)
+    config = _prepareconfig(["-p", "no:cacheprovider", *([] if records else ["--collect-only"]), *args], None)
     config._do_configure()
     return config
 
@@ -144,13 +147,19 @@ def _write(stream: TextIO) -> Say:
 def main(argv: Sequence[str]) -> int:
     ns, rest = parser().parse_known_args(list(argv))
     out, err = _write(sys.stdout), _write(sys.stderr)
+    name = ns.name_opt or ns.name
     try:
-        config = _config(rest)
-    except pytest.UsageError as exc:
-        err(f"ERROR: {exc}")
+        if name is not None:  # refused before anything is resolved, launched or written
+            check_name(name)
+        config = _config(rest, records=ns.action == "start")
+    except (pytest.UsageError, NameRefused) as exc:
+        err(f"ERROR: serve {ns.action}: {exc}")
         return USAGE
     try:
         return _run(ns, config, out, err)
+    except NameRefused as exc:  # a deployment's state file that a symlink leads out of the deployments dir
+        err(f"serve {ns.action}: {exc}")
+        return USAGE
     except ServeError as exc:
         err(f"serve {ns.action}: {exc}")
         return 1

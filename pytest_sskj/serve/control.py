@@ -267,6 +267,10 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
     settings = config.stash[SETTINGS_KEY]
     if settings.target_url:
         raise ServeError("--target-url names a server that already runs; `serve start` launches one: drop it")
+    try:  # a name, or a state file that links out of the deployments dir, is refused before anything launches
+        path = state_path(settings.reports_dir, name)
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
     _refuse_live(settings, name, say)
     log_dir = settings.reports_dir / "deployments" / name / time.strftime("%Y%m%d-%H%M%S")
     if settings.deployment is not None:
@@ -288,7 +292,7 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
         raise ServeError(f"deployment {name} did not start; nothing is left running:\n{exc}") from None
     state = _state(name, settings, server, identity, log_dir)
     try:
-        state.write(state_path(settings.reports_dir, name))
+        state.write(path)
     except OSError as exc:
         pool.close()
         raise ServeError(f"could not write the state of deployment {name}: {exc}; the servers were stopped") from None

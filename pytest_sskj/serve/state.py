@@ -10,11 +10,11 @@ and secret arguments are redacted, the ssh identity path is left out (give it ag
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_sskj import names
 from pytest_sskj.files import read_json_file
 
 if TYPE_CHECKING:
@@ -33,17 +33,12 @@ __all__ = [
 
 SCHEMA = 1
 _STATE_LIMIT = 4 * 1024 * 1024
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def check_name(name: str) -> str:
-    """``name`` when it is a valid deployment name, else ``ValueError`` saying what is accepted."""
-    if not _NAME.match(name):
-        raise ValueError(
-            f"deployment name {name!r} is not accepted: 1-64 characters of letters, digits, '_', '.', '-', "
-            "starting with a letter or digit (it names a file under <reports dir>/deployments/)"
-        )
-    return name
+    """``name`` when it is a valid deployment name (:func:`pytest_sskj.names.check_name`: it names a file under
+    ``<reports dir>/deployments/``), else ``ValueError`` saying what is accepted."""
+    return names.check_name(name, "deployment name")
 
 
 def recorded_spec(spec: ServerSpec) -> dict[str, Any]:
@@ -60,7 +55,7 @@ def deployments_dir(reports_dir: Path) -> Path:
 
 
 def state_path(reports_dir: Path, name: str) -> Path:
-    return deployments_dir(reports_dir) / f"{check_name(name)}.json"
+    return names.inside(deployments_dir(reports_dir), name, ".json", "deployment name")
 
 
 def known_names(reports_dir: Path) -> list[str]:

@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "schema",
                 "httpopts",
                 "files",
+                "names",
             }
         ),
     ),
