@@ -63,11 +63,12 @@ def _check(path: Path, st: os.stat_result, what: str, limit: int) -> None:
         raise FileRefused(f"{what} {path} is {st.st_size} bytes, above the {limit}-byte bound of a file read whole")
 
 
-def read_text_file(path: Path | str, *, what: str = "file", limit: int = DEFAULT_LIMIT) -> str:
+def read_text_file(path: Path | str, *, what: str = "file", limit: int = DEFAULT_LIMIT, errors: str = "strict") -> str:
     """The UTF-8 text of ``path`` when it is a regular file of at most ``limit`` bytes.
 
     ``FileNotFoundError`` when it does not exist (callers say what that means); :class:`FileRefused` for anything
-    else that stops the read; ``what`` names the file in the message (``release config``)."""
+    else that stops the read; ``what`` names the file in the message (``release config``).  ``errors="replace"``
+    reads what a crash may have cut mid-character (a run's own journals) instead of refusing it."""
     p = Path(path)
     _check(p, _stat(p, what), what, limit)
     try:
@@ -82,7 +83,7 @@ def read_text_file(path: Path | str, *, what: str = "file", limit: int = DEFAULT
     if len(data) > limit:
         raise FileRefused(f"{what} {p} grew above the {limit}-byte bound of a file read whole while it was read")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
         raise FileRefused(
             f"{what} {p} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save it as UTF-8"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_sskj.files import FileRefused, read_text_file
 from pytest_sskj.records import LIST_FIELDS, METRIC_FIELDS, ROW_FIELDS, point_key
 from pytest_sskj.report.scrub import scrub
 from pytest_sskj.rundir import RunLayout, atomic_write_text
@@ -117,11 +118,23 @@ class ReadBack:
     problems: list[str] = field(default_factory=list)
 
 
+def _read(path: Path, problems: list[str]) -> str | None:
+    """The text of one of a run's result files; ``None`` when it is absent, or (noted in ``problems``) when it is
+    not a regular file or above the size bound of a file read whole (a FIFO blocked ``export`` before)."""
+    try:
+        return read_text_file(path, what="result file", errors="replace")
+    except FileNotFoundError:
+        return None
+    except FileRefused as exc:
+        problems.append(str(exc))
+        return None
+
+
 def _read_journal(path: Path, problems: list[str]) -> list[dict[str, Any]] | None:
-    if not path.is_file():
+    raw = _read(path, problems)
+    if raw is None:
         return None
     rows: list[dict[str, Any]] = []
-    raw = path.read_bytes().decode("utf-8", errors="replace")
     for no, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -138,10 +151,11 @@ def _read_journal(path: Path, problems: list[str]) -> list[dict[str, Any]] | Non
 
 
 def _read_json_list(path: Path, problems: list[str]) -> list[dict[str, Any]] | None:
-    if not path.is_file():
+    text = _read(path, problems)
+    if text is None:
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         problems.append(f"{path.name} is corrupt or truncated ({exc.msg} at char {exc.pos})")
         return None
@@ -171,10 +185,10 @@ def _from_csv_cell(name: str, text: str) -> Any:
 
 
 def _read_csv(path: Path, problems: list[str]) -> list[dict[str, Any]] | None:
-    if not path.is_file():
+    text = _read(path, problems)
+    if text is None:
         return None
     rows: list[dict[str, Any]] = []
-    text = path.read_text(encoding="utf-8", errors="replace")
     reader = csv.DictReader(io.StringIO(text))
     header = reader.fieldnames or []
     for no, rec in enumerate(reader, 2):

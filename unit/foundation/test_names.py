@@ -153,11 +153,14 @@ def _valid(text: str) -> bool:
 
 
 def test_run_ids_and_backend_names_given_to_a_run_obey_the_same_rule(pytester: pytest.Pytester) -> None:
-    """``--run-id`` and ``--backend`` (whose names become point ids, i.e. file names) refuse at parse time."""
+    """``--run-id``, ``--resume``, ``--sskj-deployment`` and ``--backend`` (whose names become point ids, i.e. file
+    names) refuse at parse time."""
     for args, shown in (
         (["--run-id", "a" * 300], "*--run-id*characters long*letters, digits*"),
         (["--run-id", "$(id)"], "*--run-id*is not accepted*"),
         (["--backend", "..,marlin"], "*--backend*'..' is not accepted*"),
+        (["--resume", "/etc"], "*--resume*'/etc' is not accepted*"),
+        (["--sskj-deployment", "../x"], "*--sskj-deployment*'../x' is not accepted*"),
     ):
         result = pytester.runpytest("--co", "-p", "no:cacheprovider", *args)
         assert result.ret == pytest.ExitCode.USAGE_ERROR, f"expected {args} refused at parse time"

@@ -96,3 +96,24 @@ def test_serve_status_of_a_state_file_that_is_a_fifo_is_refused(
     assert _main_bounded(["serve", "status", "kimi", "--reports-dir", str(tmp_path)]) != 0
     err = capsys.readouterr().err
     assert f"deployment state file {path} is a FIFO (named pipe), not a regular file" in err, err
+
+
+def test_a_runs_result_files_as_fifos_are_named_and_export_and_summary_still_return(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`export` and `report summary` read a run's result files whole: a FIFO among them (results.jsonl, .json, .csv)
+    is named as a problem, never opened (it blocked the read forever), and the commands return."""
+    from pytest_sskj.report.results import read_results
+
+    _run(tmp_path)
+    run_dir = tmp_path / "r1"
+    for name in ("results.jsonl", "results.json", "results.csv"):
+        _fifo(run_dir / name)
+    got = bounded(read_results, run_dir, limit_s=10.0)
+    shown = " | ".join(getattr(got, "problems", []))
+    assert "results.jsonl is a FIFO (named pipe), not a regular file" in shown, f"expected the FIFO named: {shown}"
+    monkeypatch.chdir(tmp_path)
+    for argv in (["export", "--run", "r1", "--reports-dir", str(tmp_path)],
+                 ["report", "summary", "--run", "r1", "--reports-dir", str(tmp_path)]):  # fmt: skip
+        assert _main_bounded(argv) in (0, 1, 2), f"expected {argv} to return an exit status"
+    assert "Traceback" not in capsys.readouterr().err
