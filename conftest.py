@@ -31,7 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Foreign plugins' warnings are shown, not raised: in every later stage through the ini filters that pytest
     reads again for each, and in the rest of the configure stage (a plugin's warning from its own
     ``pytest_configure``, which this runs before) through the filters already in force."""
-    for line in foreign_warning_filters():
+    distinfo = config.pluginmanager.list_plugin_distinfo()
+    loaded = [(getattr(mod, "__name__", ""), dist.project_name) for mod, dist in distinfo]
+    for line in foreign_warning_filters(loaded):
         config.addinivalue_line("filterwarnings", line)
         warnings.filterwarnings("default", module=line.split(":", 3)[3])
 

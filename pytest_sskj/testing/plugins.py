@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 OWN_PLUGIN_DISTRIBUTIONS = frozenset({"pytest-sskj", "pytest-xdist", "pytest-timeout", "allure-pytest"})
@@ -68,6 +69,14 @@ def inner_run_addopts() -> str:
     return " ".join(f"-p no:{p.name}" for p in installed_plugins())
 
 
-def foreign_warning_filters() -> list[str]:
-    """One ini ``filterwarnings`` line per foreign plugin: its warnings shown (``default``), never raised."""
-    return [f"default::Warning:{re.escape(p.package)}(\\.|$)" for p in foreign_plugins()]
+def foreign_warning_filters(loaded: Iterable[tuple[str, str]] | None = None) -> list[str]:
+    """One ini ``filterwarnings`` line per foreign plugin: its warnings shown (``default``), never raised.
+
+    ``loaded``: (plugin module name, distribution name) of the plugins a session loaded from entry points
+    (``config.pluginmanager.list_plugin_distinfo()``: cheap, nothing else is read); default every installed one."""
+    if loaded is None:
+        packages = {p.package for p in foreign_plugins()}
+    else:
+        mine = OWN_PLUGIN_DISTRIBUTIONS | DEV_PLUGIN_DISTRIBUTIONS
+        packages = {mod.split(".")[0] for mod, dist in loaded if _normalized(dist) not in mine and mod}
+    return [f"default::Warning:{re.escape(pkg)}(\\.|$)" for pkg in sorted(packages)]

@@ -10,35 +10,35 @@ own seeded generator."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SHUFFLER = """
+RANDOMLY = """
+# pytest-randomly's mechanism, for a Python without it (where it is installed, ``-p randomly`` loads the real one,
+# its entry point coming first): every item shuffled in a hook wrapper that runs before every other plugin, the
+# global RNG reseeded before each test, and its options.
 import random
 
 import pytest
 
 
 def pytest_addoption(parser):
-    parser.addoption("--shuffle-seed", type=int, default=None)
+    parser.addoption("--randomly-seed", type=int, default=12345, dest="randomly_seed")
+    parser.addoption("--randomly-dont-reorganize", action="store_false", default=True, dest="randomly_reorganize")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    seed = config.getoption("shuffle_seed")
-    if seed is not None:  # as pytest-randomly does: before every other plugin sees the items
-        random.Random(seed).shuffle(items)
+    if config.getoption("randomly_reorganize"):
+        random.Random(config.getoption("randomly_seed")).shuffle(items)
     return (yield)
 
 
 def pytest_runtest_setup(item):
-    seed = item.config.getoption("shuffle_seed")
-    if seed is not None:
-        random.seed(seed)
+    random.seed(item.config.getoption("randomly_seed"))
 """
 
 
@@ -51,10 +51,12 @@ def _collected(pytester: pytest.Pytester, *args: str) -> tuple[list[str], str]:
     return ids, "\n".join(result.outlines)
 
 
-def test_a_shuffling_plugin_leaves_the_acceptance_plan_in_its_order(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(shuffler=SHUFFLER)
+def test_pytest_randomly_leaves_the_acceptance_plan_in_its_order_and_the_header_says_so(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(randomly=RANDOMLY)
     pytester.syspathinsert()
-    plan, _ = _collected(pytester, "-p", "shuffler")
+    plan, header = _collected(pytester, "-p", "no:randomly")
     serving = [i for i in plan if i.startswith("test_serving[")]
     assert serving[:4] == [
         "test_serving[microbatch-chunk256-c16-r1]",
@@ -62,21 +64,10 @@ def test_a_shuffling_plugin_leaves_the_acceptance_plan_in_its_order(pytester: py
         "test_serving[microbatch-chunk256-c16-r2]",
         "test_serving[parallel-chunk256-c16-r2]",
     ], f"expected the embedded job's repeats interleaved A B A B, collected {serving}"
-    for seed in ("1", "2", "3"):
-        shuffled, _ = _collected(pytester, "-p", "shuffler", "--shuffle-seed", seed)
-        assert shuffled == plan, (
-            f"expected the plan's order after a shuffle (seed {seed}):\n  plan     {plan}\n  shuffled {shuffled}"
-        )
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("pytest_randomly") is None,
-    reason="pytest-randomly is not installed here (CI's unit phase installs it: .ci/foreign_plugins.sh)",
-)
-def test_pytest_randomly_leaves_the_plan_in_its_order_and_the_header_says_so(pytester: pytest.Pytester) -> None:
-    plan, header = _collected(pytester, "-p", "no:randomly")
     assert "pytest-randomly reorders only other tests" not in header, header
-    for seed in ("1", "4242"):
+    for seed in ("1", "2", "4242"):
         shuffled, header = _collected(pytester, "-p", "randomly", "--randomly-seed", seed)
-        assert shuffled == plan, f"expected pytest-randomly (seed {seed}) to leave the plan:\n  {plan}\n  {shuffled}"
+        assert shuffled == plan, f"expected the plan's order after a shuffle (seed {seed}):\n  {plan}\n  {shuffled}"
         assert "acceptance tests run in the plan's order" in header, f"expected the header to say why:\n{header}"
+    shuffled, header = _collected(pytester, "-p", "randomly", "--randomly-dont-reorganize")
+    assert shuffled == plan and "acceptance tests run in the plan's order" not in header, header
