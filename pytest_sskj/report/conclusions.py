@@ -11,11 +11,14 @@ README does for the MoE-backend A/B:
 3. per backend the best chunk (highest median input TPS) at each concurrency, and the grid-edge check: a best
    chunk strictly inside the chunk grid beats both neighbours, a best chunk at the grid's edge is said to
    be one (the optimum may lie beyond it);
-4. the saturation statement at fixed chunk: from the lowest to the next concurrency, the input TPS change and
-   the TTFT P50 ratio; throughput within +-3 % while TTFT grows by at least 80 % of the concurrency ratio
-   means the lower concurrency already saturates prefill;
+4. the saturation statement per backend (per chunk where the chunks differ): from the lowest to the next
+   concurrency, the input TPS change with its repeat-level 95 % CI and the TTFT P50 ratio; throughput within
+   +-3 % while TTFT grows by at least 80 % of the concurrency ratio means the lower concurrency already
+   saturates prefill; a CI wholly above (below) zero with a change beyond 3 % says the backend gains (loses)
+   throughput at the higher concurrency;
 5. the recommendation: ``EP<ep> + <backend> + chunk <chunk>`` -- the candidate when it is better on every
-   shape (else the baseline, or the candidate where the baseline is worse everywhere), at its best chunk.
+   shape (else the baseline), at its best chunk; when the winner differs between concurrencies, one
+   recommendation per concurrency and the statement that the winner depends on it.
 
 Nothing is claimed that the run did not measure: with fewer than two backends, chunks or concurrencies the
 statement that needs them is left out; a shape without a decided verdict is never counted as better.
@@ -30,6 +33,7 @@ from typing import Any
 
 __all__ = ["Conclusions", "conclusion_lines", "conclusions"]
 
+_SERVE_KINDS = (None, "", "serve", "point")
 _SAT_TPS_PCT = 3.0
 _SAT_TTFT_SHARE = 0.8
 
@@ -145,28 +149,101 @@ def _best_chunks(med: Mapping[tuple[str, int, int], Any], backends: Sequence[str
     return lines, best
 
 
-def _saturation(med: Mapping[tuple[str, int, int], Any], backends: Sequence[str]) -> list[str]:
+def _repeat_tps(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], list[float]]:
+    """(backend, chunk, C) -> input TPS of each passed repeat (the unit of replication of every CI here)."""
+    acc: dict[tuple[str, int, int], list[float]] = {}
+    for r in rows:
+        if r.get("status") != "passed" or r.get("chunk") in (None, "") or r.get("kind") not in _SERVE_KINDS:
+            continue
+        if isinstance(r.get("input_throughput"), (int, float)):
+            key = (str(r.get("backend")), int(r["chunk"]), int(r.get("concurrency") or 0))
+            acc.setdefault(key, []).append(float(r["input_throughput"]))
+    return acc
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One backend and chunk from the lowest concurrency to the next: input TPS change (median of repeats), its
+    repeat-level 95 % CI (``None`` below two repeats a side) and the TTFT P50 ratio."""
+
+    chunk: int
+    tps_pct: float
+    ci: tuple[float, float] | None
+    ttft_ratio: float
+
+    def judged(self, lo: int, hi: int) -> str:
+        """``saturated``, ``gains``, ``loses`` or ``undecided`` (the CI does not settle it)."""
+        flat = abs(self.tps_pct) <= _SAT_TPS_PCT and (self.ci is None or max(map(abs, self.ci)) <= 2 * _SAT_TPS_PCT)
+        if flat and self.ttft_ratio >= _SAT_TTFT_SHARE * hi / lo:
+            return "saturated"
+        if self.ci is not None and self.ci[0] > 0 and self.tps_pct > _SAT_TPS_PCT:
+            return "gains"
+        if self.ci is not None and self.ci[1] < 0 and self.tps_pct < -_SAT_TPS_PCT:
+            return "loses"
+        return "undecided"
+
+
+def _steps(
+    med: Mapping[tuple[str, int, int], Any], reps: Mapping[tuple[str, int, int], list[float]], b: str, lo: int, hi: int
+) -> list[_Step]:
+    from pytest_sskj.acceptance.compare import repeat_interval
+
+    out = []
+    for ch in sorted({k[1] for k in med if k[0] == b}):
+        a, z = med.get((b, ch, lo)), med.get((b, ch, hi))
+        if a and z and a[0] and z[0] and a[1] and z[1]:
+            iv = repeat_interval(reps.get((b, ch, lo), []), reps.get((b, ch, hi), []), confidence=0.95)
+            out.append(_Step(ch, _pct(z[0], a[0]) or 0.0, None if iv is None else (iv[1], iv[2]), z[1] / a[1]))
+    return out
+
+
+_JUDGED = {
+    "saturated": "throughput is basically unchanged while TTFT grows with C, so C={lo} is already near "
+    "prefill-throughput saturation",
+    "gains": "{b} gains throughput from C={lo} to C={hi}: C={lo} does not saturate it",
+    "loses": "{b} loses throughput from C={lo} to C={hi}: C={hi} is past its best",
+    "undecided": "the throughput change is not settled by these repeats (its CI reaches past ±3 %)",
+}
+
+
+def _span(low: str, high: str) -> str:
+    return low if low == high else f"{low} … {high}"
+
+
+def _step_text(b: str, steps: Sequence[_Step], lo: int, hi: int, where: str) -> str:
+    tps = [x.tps_pct for x in steps]
+    span = _span(_fmt(min(tps)), _fmt(max(tps)))
+    cis = [x.ci for x in steps if x.ci is not None]
+    ci = (
+        f" (95 % CI {_fmt(min(c[0] for c in cis))} … {_fmt(max(c[1] for c in cis))})" if cis else " (no CI: one repeat)"
+    )
+    ratios = [x.ttft_ratio for x in steps]
+    ttft = _span(f"x{min(ratios):.2f}", f"x{max(ratios):.2f}")
+    judged = _JUDGED[steps[0].judged(lo, hi)].format(b=b, lo=lo, hi=hi)
+    return f"{b}{where}: C {lo} -> {hi}: input TPS {span}{ci}, TTFT P50 {ttft}: {judged}"
+
+
+def _saturation(
+    med: Mapping[tuple[str, int, int], Any], reps: Mapping[tuple[str, int, int], list[float]], backends: Sequence[str]
+) -> list[str]:
+    """Per backend, from the lowest concurrency to the next: saturated, gains or loses throughput (repeat-level CI);
+    per chunk where the chunks differ."""
     cs = sorted({k[2] for k in med})
     if len(cs) < 2:
         return []
     lo, hi = cs[0], cs[1]
-    tps, ratios = [], []
+    lines = []
     for b in backends:
-        for ch in sorted({k[1] for k in med}):
-            a, z = med.get((b, ch, lo)), med.get((b, ch, hi))
-            if a and z and a[0] and z[0] and a[1] and z[1]:
-                tps.append(_pct(z[0], a[0]) or 0.0)
-                ratios.append(z[1] / a[1])
-    if not tps:
-        return []
-    span = f"input TPS {_fmt(min(tps))} … {_fmt(max(tps))}, TTFT P50 x{min(ratios):.2f} … x{max(ratios):.2f}"
-    head = f"C {lo} -> {hi} at fixed backend and chunk: {span}"
-    if max(abs(t) for t in tps) <= _SAT_TPS_PCT and min(ratios) >= _SAT_TTFT_SHARE * hi / lo:
-        return [
-            f"{head}: throughput is basically unchanged while TTFT grows with C, so C={lo} is already near "
-            f"prefill-throughput saturation"
-        ]
-    return [f"{head}: throughput still changes with C, C={lo} does not saturate"]
+        steps = _steps(med, reps, b, lo, hi)
+        if not steps:
+            continue
+        kinds = {x.judged(lo, hi) for x in steps}
+        if len(kinds) == 1:
+            where = " at every chunk" if len(steps) > 1 else f" at chunk {_chunk(steps[0].chunk)}"
+            lines.append(_step_text(b, steps, lo, hi, where))
+        else:
+            lines += [_step_text(b, [x], lo, hi, f" at chunk {_chunk(x.chunk)}") for x in steps]
+    return lines
 
 
 def _shape(r: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -215,13 +292,31 @@ def _one_shape(
         statements += ab
     chunk_lines, best = _best_chunks(med, backends)
     statements += chunk_lines
-    statements += _saturation(med, backends)
+    statements += _saturation(med, _repeat_tps(rows), backends)
     rec = None
     if comps:
         rec, why = _recommendation(comps, med, best, all_better, settings.get("ep"))
         statements.append(f"recommendation: {rec} ({why})")
     outcomes = {str(v.get("id")): str(v.get("outcome")) for v in comps}
     return Conclusions(tuple(statements), rec, all_better, outcomes, best)
+
+
+def _pick(comps: Sequence[Mapping[str, Any]], base: str, cand: str) -> tuple[str, str]:
+    """The backend to deploy over ``comps`` (one concurrency's, or all) and why: the candidate only when it is better
+    on every one of them, else the baseline."""
+    outcomes = [v.get("outcome") for v in comps]
+    if all(o == "better" for o in outcomes):
+        return cand, "better"
+    return base, "worse" if all(o == "worse" for o in outcomes) else "not better"
+
+
+def _deploy(pick: str, ep: Any, best: Mapping[str, Any], med: Mapping[tuple[str, int, int], Any], c: int | None) -> str:
+    per_c = best.get(pick, {})
+    chunks = sorted({ch for cc, ch in per_c.items() if c is None or cc == c}) or sorted(
+        {k[1] for k in med if k[0] == pick and (c is None or k[2] == c)}
+    )
+    chunk_txt = f" + chunk {chunks[0]}" if len(chunks) == 1 else ""
+    return f"{'EP' + str(ep) + ' + ' if ep else ''}{pick}{chunk_txt}"
 
 
 def _recommendation(
@@ -231,22 +326,19 @@ def _recommendation(
     all_better: bool | None,
     ep: Any,
 ) -> tuple[str, str]:
-    """What to deploy (``EP4 + flashinfer_mxfp4 + chunk 8192``) and why: the candidate only when it is better
-    on every shape, with its best chunk when one chunk is best everywhere."""
+    """What to deploy (``EP4 + flashinfer_mxfp4 + chunk 8192``) and why: the candidate only when it is better on every
+    shape, with its best chunk when one chunk is best everywhere.  When the winner depends on the concurrency (the
+    candidate better at C=8 and worse at C=16, say), one recommendation per concurrency, saying that it differs."""
     base, cand = str(comps[0].get("baseline")), str(comps[0].get("candidate"))
-    worse_all = all(v.get("outcome") == "worse" for v in comps)
-    pick = cand if all_better else base
-    chunks = sorted(set(best.get(pick, {}).values())) or sorted({k[1] for k in med if k[0] == pick})
-    chunk_txt = f" + chunk {chunks[0]}" if len(chunks) == 1 else ""
-    rec = f"{'EP' + str(ep) + ' + ' if ep else ''}{pick}{chunk_txt}"
-    why = (
-        f"{cand} better on every shape"
-        if all_better
-        else f"{cand} worse on every shape"
-        if worse_all
-        else f"{cand} not better on every shape"
-    )
-    return rec, why
+    by_c: dict[int, list[Mapping[str, Any]]] = {}
+    for v in comps:
+        by_c.setdefault(int(v.get("concurrency") or 0), []).append(v)
+    picks = {c: _pick(vs, base, cand) for c, vs in sorted(by_c.items())}
+    if len({p for p, _ in picks.values()}) > 1:
+        parts = [f"C={c}: {_deploy(p, ep, best, med, c)} ({cand} {why} at C={c})" for c, (p, why) in picks.items()]
+        return "; ".join(parts), "the winner depends on the concurrency"
+    pick, why = _pick(comps, base, cand)
+    return _deploy(pick, ep, best, med, None), f"{cand} {why} on every shape"
 
 
 def conclusion_lines(

@@ -62,12 +62,13 @@ def test_seed_000s_table_gives_seed_000s_conclusions() -> None:
         assert (
             f"{b}: chunk 8K is best at every concurrency (C=8: 8K, C=16: 8K), inside the grid (4K < 8K < 16K)" in text
         )
-    assert "C 8 -> 16 at fixed backend and chunk: input TPS −0.07 % … +0.11 %, TTFT P50 x1.97 … x2.00" in text, text
-    assert "so C=8 is already near prefill-throughput saturation" in text
+    for b, span in (("marlin", "−0.07 % … −0.00 %"), ("flashinfer_mxfp4", "−0.01 % … +0.11 %")):  # per backend
+        assert f"{b} at every chunk: C 8 -> 16: input TPS {span} (95 % CI " in text, text
+    assert text.count("so C=8 is already near prefill-throughput saturation") == 2, text
     assert c.recommendation == "EP4 + flashinfer_mxfp4 + chunk 8192"
     lines = conclusion_lines(_rows(SEED000), _verdicts("better"), SETTINGS)
     assert lines[1] == "## Conclusions (computed from this run)" and lines[-1].startswith(
-        "8. recommendation: EP4 + flashinfer_mxfp4 + chunk 8192"
+        "9. recommendation: EP4 + flashinfer_mxfp4 + chunk 8192"
     )
 
 
@@ -90,3 +91,52 @@ def test_no_ab_no_ab_claim() -> None:
     c = conclusions(_rows({k: v for k, v in SEED000.items() if k[2] == "marlin"}), [], SETTINGS)
     assert c.ab_all_better is None and c.recommendation is None
     assert not any("better" in s for s in c.statements), c.statements
+
+
+def test_saturation_is_judged_per_backend_and_a_backend_that_loses_at_the_higher_c_is_named() -> None:
+    """The issue's model (issue 46, item 2): the baseline flat from C=8 to C=16, the candidate +8 % over it at C=8 and
+    -5 % at C=16 (it loses 12 % of its own throughput): pooled, the two read "-6.56 % ... +2.69 %, C=8 does not
+    saturate"; per backend, one is saturated and the other loses, each with its CI."""
+    table = {
+        (ch, c, b): (tps, p50, 0.0)
+        for ch in (4096, 8192)
+        for (c, b, tps, p50) in (
+            (8, "marlin", 100.0, 1.0),
+            (16, "marlin", 100.2, 2.0),
+            (8, "flashinfer_mxfp4", 108.0, 0.9),
+            (16, "flashinfer_mxfp4", 95.0, 2.1),
+        )
+    }
+    text = "\n".join(conclusions(_rows(table), [], {**SETTINGS, "chunks": [4096, 8192]}).statements)
+    assert "marlin at every chunk: C 8 -> 16: input TPS +0.20 % (95 % CI " in text, text
+    assert "so C=8 is already near prefill-throughput saturation" in text, text
+    assert "flashinfer_mxfp4 at every chunk: C 8 -> 16: input TPS −12.04 % (95 % CI −12." in text, text
+    assert "flashinfer_mxfp4 loses throughput from C=8 to C=16: C=16 is past its best" in text, text
+    assert "does not saturate" not in text, text
+
+
+def test_a_backend_whose_chunks_disagree_is_stated_per_chunk() -> None:
+    table = {
+        (4096, 8, "marlin"): (100.0, 1.0, 0.0),
+        (4096, 16, "marlin"): (120.0, 1.5, 0.0),  # gains 20 %
+        (8192, 8, "marlin"): (100.0, 1.0, 0.0),
+        (8192, 16, "marlin"): (100.1, 2.0, 0.0),  # saturated
+    }
+    settings = {**SETTINGS, "backends": ["marlin"], "chunks": [4096, 8192]}
+    text = "\n".join(conclusions(_rows(table), [], settings).statements)
+    assert "marlin at chunk 4K: C 8 -> 16: input TPS +20.00 % (95 % CI " in text, text
+    assert "marlin gains throughput from C=8 to C=16: C=8 does not saturate it" in text, text
+    assert "marlin at chunk 8K: C 8 -> 16: input TPS +0.10 % (95 % CI " in text, text
+
+
+def test_a_winner_that_depends_on_the_concurrency_is_recommended_per_concurrency() -> None:
+    """The candidate better at C=8 and worse at C=16 (issue 46, item 3): one winner would be wrong either way."""
+    verdicts = [{**v, "outcome": "better" if v["concurrency"] == 8 else "worse"} for v in _verdicts("better")]
+    c = conclusions(_rows(SEED000), verdicts, SETTINGS)
+    assert c.recommendation == (
+        "C=8: EP4 + flashinfer_mxfp4 + chunk 8192 (flashinfer_mxfp4 better at C=8); "
+        "C=16: EP4 + marlin + chunk 8192 (flashinfer_mxfp4 worse at C=16)"
+    ), c.recommendation
+    assert c.statements[-1].endswith("(the winner depends on the concurrency)"), c.statements[-1]
+    one = conclusions(_rows(SEED000), [{**v, "outcome": "equivalent"} for v in verdicts], SETTINGS)
+    assert one.recommendation == "EP4 + marlin + chunk 8192", "no candidate win anywhere: one recommendation"
