@@ -4,8 +4,9 @@ The users' "FlashInfer >= Marlin" as a real verdict: input throughput and TTFT P
 (one server run) as the unit of replication (docs/verdicts.md; the method version is in every verdict).
 It passes only when the whole confidence interval shows the candidate better by the margin
 ``--sskj-margin`` and by the run's A/A noise floor; a significant loss, an interval that straddles the bar,
-a client-bound side or too few repeats fail with the users' table wording (tag ``[regression]`` for a loss,
-``[inconclusive]`` when the repeats could not decide)
+a client-bound side or too few repeats fail with the users' table wording, tagged with the outcome's own word:
+``[worse]`` for a significant loss, ``[equivalent]`` when the candidate is within the equivalence bound (not
+better), ``[inconclusive]`` when the repeats could not decide (``[regression]`` is only the baseline gate's)
 ("+10.96 % Input TPS, −9.91 % TTFT P50 (95 % CI …)").  A backend named twice (``--backend marlin,marlin``)
 is an A/A control: it passes when it is equivalent or inconclusive, never better or worse.  With
 ``--sskj-compare-expect report`` a candidate's verdict is recorded and shown, and the test skips naming
@@ -25,7 +26,7 @@ from pytest_sskj.acceptance.agreement import AgreementVerdict
 from pytest_sskj.acceptance.compare import DECIDED, Verdict
 from pytest_sskj.acceptance.matrix import Comparison
 from pytest_sskj.acceptance.plugin import Acceptance, SiteDefaults
-from pytest_sskj.report.categories import CLIENT_BOUND, CRASH, INCONCLUSIVE, REGRESSION
+from pytest_sskj.report.categories import CLIENT_BOUND, CRASH, verdict_tag
 
 
 def test_backend_comparison(
@@ -66,16 +67,15 @@ def test_backend_comparison(
             pytest.fail(agreement.message, pytrace=False)
     if comp.is_control:
         assert verdict.outcome not in DECIDED, (
-            f"{REGRESSION} A/A control: two identical servers must come out equivalent or inconclusive, "
-            f"saw {verdict.outcome}: {verdict.message()}"
+            f"{verdict_tag(verdict.outcome)} A/A control: two identical servers must come out equivalent or "
+            f"inconclusive, saw {verdict.outcome}: {verdict.message()}"
         )
         return
     if settings.compare_expect == "report":
         pytest.skip(
             f"verdict recorded, not enforced: {verdict.message()} — enforce it with --sskj-compare-expect better"
         )
-    tag = INCONCLUSIVE if verdict.outcome == "inconclusive" else REGRESSION
-    assert verdict.outcome == "better", f"{tag} {verdict.message()}"
+    assert verdict.outcome == "better", f"{verdict_tag(verdict.outcome)} {verdict.message()}"
 
 
 def _report_stopping(verdict: Verdict) -> None:

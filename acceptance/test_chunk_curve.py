@@ -9,7 +9,7 @@ import pytest
 
 from pytest_sskj.acceptance.matrix import CurveKey
 from pytest_sskj.acceptance.plugin import Acceptance, SiteDefaults
-from pytest_sskj.report.categories import REGRESSION
+from pytest_sskj.report.categories import EXPECTATION
 
 
 def test_chunk_curve(
@@ -31,4 +31,4 @@ def test_chunk_curve(
     assert curve.best is not None, f"no chunk of {key.id} has a passed repeat: see the test_serving failures"
     print(curve.describe())
     if curve.expected_best is not None:
-        assert curve.passed, f"{REGRESSION} {curve.describe()}"
+        assert curve.passed, f"{EXPECTATION} {curve.describe()}"

@@ -16,7 +16,7 @@ import pytest
 from pytest_sskj.acceptance.plugin import Acceptance, SiteDefaults
 from pytest_sskj.deploy.measure import RecommendKey, measure_recommendation, write_outputs
 from pytest_sskj.report import allure
-from pytest_sskj.report.categories import REGRESSION, SLO
+from pytest_sskj.report.categories import EXPECTATION, SLO
 
 
 def test_recommendation(
@@ -57,4 +57,4 @@ def test_recommendation(
     print(rec.message())
     if rec.winner is None:
         pytest.fail(f"{SLO} {rec.message()}", pytrace=False)
-    assert rec.passed, f"{REGRESSION} {rec.message()}"
+    assert rec.passed, f"{EXPECTATION} {rec.message()}"

@@ -13,7 +13,7 @@ from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import NOT_APPLICABLE_KEY
 
-__all__ = ["plan_lines", "planned_specs"]
+__all__ = ["parallel_text", "plan_lines", "planned_specs"]
 
 
 def planned_specs(settings: Settings) -> list[ServerSpec]:
@@ -48,11 +48,14 @@ def _dimension_lines(s: Settings) -> list[str]:
     return out
 
 
-def _parallel(s: Settings) -> str:
+def parallel_text(s: Settings) -> str:
+    """The run's parallel layout as the header and the plan show it: each deployment group's own sizes (a PD run's
+    prefill and decode differ), the layouts of a layout matrix, or the run's one TP/EP/DP/PP."""
     if s.deployment is not None:
-        return "per group: " + "; ".join(f"{g.name} {g.sizes}" for g in s.deployment.groups)
+        named = (g.name if g.name == g.role else f"{g.name} ({g.role})" for g in s.deployment.groups)
+        return "per group: " + "; ".join(f"{n} {g.sizes}" for n, g in zip(named, s.deployment.groups, strict=True))
     if s.layouts:
-        return "per layout (below)"
+        return "per layout: " + ", ".join(f"{lay.name} {lay.sizes}" for lay in s.layouts)
     return f"TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}"
 
 
@@ -74,7 +77,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         f"run id: {s.run_id}    reports: {s.run_dir_display}",
         f"engine: {s.engine}    launcher: {s.launcher}    placement: {s.placement}    "
         f"nodes: {','.join(s.nodes) or 'local'}",
-        f"parallel: {_parallel(s)}    shape: ISL {s.isl} / OSL {s.osl}    "
+        f"parallel: {parallel_text(s)}    shape: ISL {s.isl} / OSL {s.osl}    "
         f"requests {s.requests} x repeats {s.repeats}, warmup {s.warmup}",
         f"{_backends(s)}    chunks: {','.join(map(str, s.chunks)) or 'engine default'}    "
         f"concurrency: {','.join(map(str, s.concurrencies)) or 'found by the search'}",

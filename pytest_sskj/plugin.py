@@ -96,6 +96,7 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    from pytest_sskj.plan import parallel_text
     from pytest_sskj.recording import records
 
     settings = config.stash.get(SETTINGS_KEY, None)
@@ -109,8 +110,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     )
     lines = [
         f"sskj: run {s.run_id} -> {s.run_dir_display}" + (" (dry run)" if s.dry_run else ""),
-        f"sskj: engine {s.engine}, {target}, TP{s.tp}/EP{s.ep}/DP{s.dp}/PP{s.pp}"
-        + (f", profile {s.profile}" if s.profile else ""),
+        f"sskj: engine {s.engine}, {target}, {parallel_text(s)}" + (f", profile {s.profile}" if s.profile else ""),
         f"sskj: backends {','.join(s.backends)} | chunks {','.join(map(str, s.chunks))} | "
         f"C {','.join(map(str, s.concurrencies))} | ISL {s.isl} OSL {s.osl} | {s.requests} req x {s.repeats}",
     ]

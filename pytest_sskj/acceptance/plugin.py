@@ -249,6 +249,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         _evidence_lines(config, settings.run_dir, acc.stored_verdicts()) if lines[-1].startswith("results:") else []
     )
     terminalreporter.write_sep("=", "sskj acceptance summary (median of repeats)")
+    from pytest_sskj.twin.plugin import clock_note
+
+    clock = clock_note(settings.as_dict())
+    if clock:
+        terminalreporter.write_line(f"sskj: {clock}")
     for line in lines:
         terminalreporter.write_line(line)
     from pytest_sskj.report.conclusions import conclusion_lines  # computed from the run (h1-twin)

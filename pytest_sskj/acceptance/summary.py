@@ -55,7 +55,7 @@ def verdict_lines(verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
     for v in verdicts:
         word = "PASS" if v.get("passed") is True else "FAIL" if v.get("passed") is False else "INFO"
         kind = str(v.get("kind", "?"))
-        if kind == "comparison" and v.get("outcome"):
+        if kind in ("comparison", "baseline") and v.get("outcome"):  # the verdict's word, never shared
             kind += f" [{'A/A control, ' if v.get('control') else ''}{v['outcome']}]"
         out.append(f"{word} {kind}: {v.get('message', '')}")
     return out

@@ -1,5 +1,6 @@
 """The users' JSONL shapes from the run store: ``adaptive_points.jsonl``, ``adaptive_shapes.jsonl`` and
-``run_manifest.json`` (their ``adaptive_results/<run_id>/`` layout), so their Python analysis keeps working.
+``run_manifest.json`` (their ``adaptive_results/<run_id>/`` layout), so their Python analysis keeps working, and
+``verdicts.jsonl`` (every verdict with its word).
 
 Every field is documented in ``docs/HISTORY.md``; metric names are sglang's with the unit in the name and
 ``null`` when undefined (never 0).
@@ -14,13 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sskj.history.importer import read_manifest
-from pytest_sskj.history.layout import config_text, deployment_config, point_layout
+from pytest_sskj.history.layout import LAYOUT_FIELDS, config_text, deployment_config, point_layout
 from pytest_sskj.records import METRIC_FIELDS
-from pytest_sskj.report.results import read_results
+from pytest_sskj.report.results import read_results, read_verdicts
 from pytest_sskj.rundir import RunLayout, atomic_write_json, atomic_write_text, jsonable
+from pytest_sskj.twin.plugin import time_scale
 from pytest_sskj.vocabulary import COMPUTED, users_name
 
-__all__ = ["POINT_FIELDS", "export_run", "point_lines", "shape_lines"]
+__all__ = [
+    "POINT_FIELDS",
+    "VERDICT_FIELDS",
+    "export_run",
+    "point_lines",
+    "shape_lines",
+    "verdict_lines",
+    "verdict_word",
+]
 
 _EXPORTED = (
     "request_throughput",
@@ -44,6 +54,12 @@ POINT_FIELDS = (
     "engine",
     "layout",
     "config",
+    "tp",
+    "ep",
+    "dp",
+    "pp",
+    "groups",
+    "twin_time_scale",
     "deployment",
     "backend",
     "chunk",
@@ -94,17 +110,29 @@ def _slo_met(gates: Mapping[str, Any]) -> bool | None:
     return all(bool(v) for v in judged)
 
 
+def _groups(settings: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """A deployment's groups, each with its role and its own TP/EP/DP/PP (a PD point's sizes are per group)."""
+    dep = settings.get("deployment")
+    if not isinstance(dep, Mapping) or not dep.get("groups"):
+        return None
+    keys = ("name", "role", "tp", "ep", "dp", "pp", "backend", "chunk")
+    return [{k: g.get(k) for k in keys} for g in dep["groups"] if isinstance(g, Mapping)]
+
+
 def point_lines(rows: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One ``adaptive_points.jsonl`` object per probed point and repeat; ``layout`` / ``config`` /
     ``deployment`` are the point's own (:func:`pytest_sskj.history.layout.point_layout`)."""
     facts = _run_facts(manifest)
     settings = _settings(manifest)
+    groups = _groups(settings)
+    scale = time_scale(settings)
     out = []
     for r in rows:
         gates = r.get("slo_met") if isinstance(r.get("slo_met"), Mapping) else {}
         assert isinstance(gates, Mapping)
         own = point_layout(r, settings)
-        line = {"run_id": r.get("run_id"), **facts, **{k: own[k] for k in ("layout", "config", "deployment")}}
+        line = {"run_id": r.get("run_id"), **facts, **{k: own[k] for k in LAYOUT_FIELDS}, "groups": groups}
+        line["twin_time_scale"] = scale
         line.update({k: r.get(k) for k in ("backend", "chunk", "isl", "osl", "concurrency", "repeat")})
         line.update(kind=r.get("kind", "serve"), status=r.get("status"), completed=r.get("completed"))
         line["failed"] = r.get("failed")
@@ -163,15 +191,38 @@ def _manifest_doc(manifest: Mapping[str, Any]) -> dict[str, Any]:
     keep = ("run_id", "start_iso", "end_iso", "status", "exitstatus", "settings", "engine", "engines", "gpu")
     doc = {k: manifest.get(k) for k in keep}
     doc.update(_run_facts(manifest))
+    doc["twin_time_scale"] = time_scale(_settings(manifest))
     doc.update(packages=manifest.get("packages"), host=manifest.get("host"), pytest_sskj=manifest.get("pytest_sskj"))
     return doc
 
 
+VERDICT_FIELDS = ("run_id", "kind", "id", "verdict", "passed", "backend", "baseline", "candidate", "chunk",
+                  "concurrency", "control", "message")  # fmt: skip
+"""``verdicts.jsonl``: one line per verdict; ``verdict`` is its word (docs/HISTORY.md)."""
+
+
+def verdict_word(v: Mapping[str, Any]) -> str:
+    """A verdict's one word: a comparison's ``better``/``worse``/``equivalent``/``inconclusive``, the baseline gate's
+    ``passed``/``regression``/``waived``/``inconclusive``/``no_match``; any other kind ``pass``/``fail``/``info``."""
+    if v.get("kind") in ("comparison", "baseline") and v.get("outcome"):
+        return str(v["outcome"])
+    passed = v.get("passed")
+    return "pass" if passed is True else "fail" if passed is False else "info"
+
+
+def verdict_lines(verdicts: Sequence[Mapping[str, Any]], run_id: str | None) -> list[dict[str, Any]]:
+    def field(v: Mapping[str, Any], k: str) -> Any:
+        return verdict_word(v) if k == "verdict" else v.get(k, run_id if k == "run_id" else None)
+
+    return [{k: field(v, k) for k in VERDICT_FIELDS} for v in verdicts]
+
+
 def export_run(run_dir: Path, out: Path | None = None) -> list[Path]:
-    """Write the three files for ``run_dir`` into ``out`` (default ``<run dir>/export``); returns their paths."""
+    """Write the four files for ``run_dir`` into ``out`` (default ``<run dir>/export``); returns their paths."""
     out = Path(out) if out is not None else RunLayout(run_dir).export
     manifest = read_manifest(run_dir)
     points = point_lines(read_results(run_dir).rows, manifest)
+    verdicts = verdict_lines(read_verdicts(run_dir).rows, manifest.get("run_id") or run_dir.name)
 
     def jsonl(items: Sequence[Mapping[str, Any]]) -> str:
         return "".join(json.dumps(jsonable(i), sort_keys=False, allow_nan=False) + "\n" for i in items)
@@ -180,4 +231,5 @@ def export_run(run_dir: Path, out: Path | None = None) -> list[Path]:
         atomic_write_text(out / "adaptive_points.jsonl", jsonl(points)),
         atomic_write_text(out / "adaptive_shapes.jsonl", jsonl(shape_lines(points))),
         atomic_write_json(out / "run_manifest.json", _manifest_doc(manifest), indent=2),
+        atomic_write_text(out / "verdicts.jsonl", jsonl(verdicts)),
     ]

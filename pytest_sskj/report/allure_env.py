@@ -67,7 +67,12 @@ def environment_facts(manifest: Mapping[str, Any]) -> dict[str, str]:
     _flatten("model_path", s.get("model_path"), out)
     _flatten("platform", s.get("platform"), out)
     _flatten("engine", s.get("engine"), out)
-    if s.get("tp"):
+    dep = s.get("deployment")
+    if isinstance(dep, Mapping) and dep.get("groups"):  # each group's own sizes, never the run's unused TP1/...
+        from pytest_sskj.history.layout import deployment_config
+
+        out["parallel"] = deployment_config(dep)
+    elif s.get("tp"):
         out["parallel"] = f"TP{s.get('tp')}/EP{s.get('ep')}/DP{s.get('dp')}/PP{s.get('pp')}"
     _flatten("nodes", s.get("nodes"), out)
     _flatten("backends", s.get("backends"), out)

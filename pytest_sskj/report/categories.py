@@ -5,7 +5,13 @@ that ``categories.json`` (see :mod:`pytest_sskj.report.allure_env`) can sort fai
 environment (nodes on different builds), OOM, NCCL,
 server crash, timeout, SLO miss, regression, client-bound, numerics mismatch and output mismatch (a candidate
 backend that changes the generated tokens) without guessing from
-free text.  Each category also carries a few fallback regexes for failures that come from elsewhere
+free text.
+
+A verdict's word is one of five, distinct everywhere it is shown (assertion text, terminal, summary.md, Allure, the
+results database, export): a comparison is ``better``, ``worse`` (a significant loss), ``equivalent`` (within the
+equivalence bound: not better) or ``inconclusive`` (the repeats could not decide); ``regression`` is only the
+baseline gate's failure (this run against a stored baseline run).  :func:`verdict_tag` gives a failed comparison's
+tag.  Each category also carries a few fallback regexes for failures that come from elsewhere
 (pytest-timeout, CUDA, NCCL tracebacks).
 """
 
@@ -19,6 +25,8 @@ __all__ = [
     "CLIENT_BOUND",
     "CRASH",
     "ENVIRONMENT",
+    "EQUIVALENT",
+    "EXPECTATION",
     "INCONCLUSIVE",
     "NCCL",
     "NUMERICS",
@@ -27,8 +35,10 @@ __all__ = [
     "REGRESSION",
     "SLO",
     "TIMEOUT",
+    "WORSE",
     "Category",
     "categorize",
+    "verdict_tag",
 ]
 
 OOM = "[oom]"
@@ -38,6 +48,14 @@ CRASH = "[crash]"
 TIMEOUT = "[timeout]"
 SLO = "[slo]"
 REGRESSION = "[regression]"
+"""The baseline gate's failure only: a headline metric of this run fell below the stored baseline run's."""
+WORSE = "[worse]"
+"""A comparison whose candidate is significantly worse than the baseline."""
+EQUIVALENT = "[equivalent]"
+"""A comparison whose candidate is equivalent to the baseline (within the equivalence bound): not better."""
+EXPECTATION = "[expectation]"
+"""A result other than the one the run said to expect (``--expect-best-chunk``, ``--sskj-expect-layout``, a
+throughput floor): neither a comparison's loss nor a regression against a baseline."""
 CLIENT_BOUND = "[client-bound]"
 NUMERICS = "[numerics]"
 OUTPUT_MISMATCH = "[output-mismatch]"
@@ -68,7 +86,10 @@ CATEGORIES: tuple[Category, ...] = (
     Category("Server crash", CRASH, (r"ServerCrashed", r"EngineDeadError", r"ServerLaunchError")),
     Category("Timeout", TIMEOUT, (r"Timeout >[0-9.]+s", r"HealthTimeout", r"TimeoutError")),
     Category("SLO miss", SLO),
-    Category("Performance regression", REGRESSION),
+    Category("Performance regression (baseline gate)", REGRESSION),
+    Category("Comparison: worse", WORSE),
+    Category("Comparison: equivalent, not better", EQUIVALENT),
+    Category("Expectation not met", EXPECTATION),
     Category("Client-bound measurement", CLIENT_BOUND),
     Category("Numerics mismatch", NUMERICS, (r"Not equal to tolerance", r"Tensor-likes are not close")),
     Category("Output mismatch", OUTPUT_MISMATCH),
@@ -82,3 +103,8 @@ def categorize(message: str) -> str | None:
         if re.fullmatch(cat.message_regex, message or ""):
             return cat.name
     return None
+
+
+def verdict_tag(outcome: str) -> str:
+    """The tag a comparison that did not come out ``better`` fails with: its own outcome, bracketed."""
+    return {"worse": WORSE, "equivalent": EQUIVALENT, "inconclusive": INCONCLUSIVE}.get(outcome, f"[{outcome}]")

@@ -310,7 +310,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
 def _verdict_word(v: Mapping[str, Any]) -> str:
     p = v.get("passed")
     word = "PASS" if p is True else "FAIL" if p is False else "n/a"
-    if v.get("kind") == "comparison" and v.get("outcome"):  # better / worse / equivalent / inconclusive / ...
+    if v.get("kind") in ("comparison", "baseline") and v.get("outcome"):  # better/worse/...; regression: baseline
         word += f" ({'A/A, ' if v.get('control') else ''}{v['outcome']})"
     return word
 
@@ -428,6 +428,9 @@ def _facts(m: Mapping[str, Any], settings: Mapping[str, Any]) -> list[tuple[str,
         ("started", m.get("start_iso")),
         ("ended", m.get("end_iso")),
     ]
+    from pytest_sskj.twin.plugin import clock_note
+
+    facts.append(("clock", clock_note(settings)))  # a twin run's absolute figures are in twin time
     dep = settings.get("deployment")
     if isinstance(dep, Mapping) and dep.get("groups"):
         facts.append(("deployment", _deployment_fact(dep)))

@@ -19,15 +19,27 @@ Any other platform: the hook returns ``None`` and the built-in commands are used
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_sskj.server.spec import NodeCommand, ServerSpec
 from pytest_sskj.stash import SETTINGS_KEY
 
-__all__ = ["DATA", "DEFAULT_MODEL", "PLATFORM", "SHIM", "model_path", "shipped_models", "twin_env"]
+__all__ = [
+    "DATA",
+    "DEFAULT_MODEL",
+    "PLATFORM",
+    "SHIM",
+    "clock_note",
+    "model_path",
+    "shipped_models",
+    "time_scale",
+    "twin_env",
+]
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "shim"
@@ -52,6 +64,31 @@ def model_path(ref: str | None) -> Path:
     raise ValueError(
         f"twin model {ref!r} is neither a file nor a shipped model; shipped: {', '.join(shipped_models())} "
         "(or give a TOML/JSON file of the same shape, docs/twin.md)"
+    )
+
+
+def time_scale(settings: Mapping[str, Any]) -> float | None:
+    """The model's ``time_scale`` (wall seconds per modelled second) when ``settings`` (a run's resolved settings, as
+    its manifest stores them) are a twin run's; ``None`` for any other run or an unreadable model."""
+    if settings.get("platform") != PLATFORM:
+        return None
+    from pytest_sskj.twin.model import load_model
+
+    try:
+        return load_model(model_path(settings.get("twin_model"))).time_scale
+    except (ValueError, OSError):
+        return None
+
+
+def clock_note(settings: Mapping[str, Any]) -> str | None:
+    """What a twin run's absolute figures are (docs/twin.md): the terminal, summary.md and the export say it."""
+    scale = time_scale(settings)
+    if scale is None:
+        return None
+    return (
+        f"absolute figures are in twin time (time_scale {scale:g}: wall seconds per modelled second): a throughput "
+        f"is the modelled one / {scale:g}, a latency the modelled one x {scale:g}; every ratio (A/B gains, chunk "
+        "curve, C steps) is the model's"
     )
 
 

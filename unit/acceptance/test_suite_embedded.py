@@ -203,7 +203,8 @@ def test_slo_violation_and_failing_comparison_give_their_verdicts_and_messages(p
         assert c["outcome"] == "worse", c["message"]
     assert c["passed"] is False
     # the CI's level is the sequential design's (99.30 % at its first look of 8, 95 % without one): docs/verdicts.md
-    assert "[regression] serial vs parallel: " in out and re.search(r"% Input TPS \([\d.]+ % CI ", out), out[-3000:]
+    tag = "[inconclusive]" if bound else "[worse]"  # each outcome its own word (issue 46), never [regression]
+    assert f"{tag} serial vs parallel: " in out and re.search(r"% Input TPS \([\d.]+ % CI ", out), out[-3000:]
     if not bound:
         assert "serial does not beat parallel by 1000 %: Input TPS below it" in out, out[-3000:]
 
@@ -340,3 +341,17 @@ def test_every_server_of_an_interleaved_run_and_its_searches_starts_once(pyteste
     assert ok, (line, res.stdout.str()[-3000:])
     logs = sorted(p.name for p in (pytester.path / "reports" / "ahead" / "logs").rglob("*.log"))
     assert len(logs) == 6, f"one log per server start: {logs}"
+
+
+@pytest.mark.slow
+def test_an_aa_control_on_the_real_engine_passes_saying_equivalent_or_inconclusive(pytester: pytest.Pytester) -> None:
+    """``--backend parallel,parallel``: two identical servers.  The control passes when its repeats come out
+    ``equivalent`` or ``inconclusive``, and says which in its own word (issue 46): never ``better``, ``worse`` or the
+    baseline gate's ``regression``."""
+    res = _run(pytester, "aa", "--backend", "parallel,parallel", "--repeats", "3")
+    out = res.stdout.str()
+    c = _verdict(pytester, "aa", "comparison-parallel@2-vs-parallel-chunk512-c8")
+    assert c["control"] is True and c["outcome"] in ("equivalent", "inconclusive"), c["message"]
+    assert c["passed"] is True, f"expected the A/A control to pass as {c['outcome']}: {c['message']}"
+    assert f"[A/A control, {c['outcome']}]" in out, out[-3000:]
+    assert "[regression]" not in out and "[better]" not in out and "[worse]" not in out, out[-3000:]

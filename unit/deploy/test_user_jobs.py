@@ -90,6 +90,9 @@ def test_pd_plans_seed_004s_four_points_and_no_backend_ab(pytester: pytest.Pytes
     ]
     assert not _tests(out, "test_backend_comparison") and not _tests(out, "test_chunk_curve"), out
     assert "test_backend_comparison[no-candidate]: one fixed pd deployment (backends per group: prefill " in out
+    # the header names each group's own sizes (issue 46: it printed the run's unused TP1/EP1/DP1/PP1)
+    header = next(ln for ln in out.splitlines() if ln.startswith("sskj: engine "))
+    assert ", per group: prefill PP8 x TP4 x EP4; decode PP1 x TP32 x EP32, profile " in header, header
     assert "flashinfer_mxfp4, decode marlin): no backend A/B across one deployment" in out
     assert "--moe-runner-backend flashinfer_mxfp4 --chunked-prefill-size 8192" in out, "P: flashinfer_mxfp4, 8K"
     decode = [ln for ln in out.splitlines() if "--disaggregation-mode decode" in ln]

@@ -43,7 +43,8 @@ def make_run(
     run_dir = reports / run_id
     ttft = list(ttft_ms) if ttft_ms is not None else [100.0] * len(tps)
     base = {"engine": "embedded", "backends": [backend], "isl": isl, "osl": osl, "tp": 1, "ep": 1, "dp": 1, "pp": 1}
-    base.update(endpoint="completions", platform=None, model_name=None, slo=["ttft_p95_ms<30000"], **settings)
+    base.update(endpoint="completions", platform=None, model_name=None, slo=["ttft_p95_ms<30000"])
+    base.update(settings)
     manifest = {"run_id": run_id, "start_iso": started, "end_iso": started, "status": "finished", "settings": base}
     atomic_write_json(run_dir / "manifest.json", manifest)
     store, writer = PointStore(run_dir), ResultsWriter(run_dir)

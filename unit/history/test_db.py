@@ -160,7 +160,8 @@ def test_database_urls_are_resolved_and_shown_without_password(tmp_path: Path) -
 def test_export_writes_the_users_jsonl_shapes(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path / "reports", "runA", [100.0, 120.0])
     paths = export_run(run_dir)
-    assert [p.name for p in paths] == ["adaptive_points.jsonl", "adaptive_shapes.jsonl", "run_manifest.json"]
+    names = [p.name for p in paths]
+    assert names == ["adaptive_points.jsonl", "adaptive_shapes.jsonl", "run_manifest.json", "verdicts.jsonl"], names
     points = [json.loads(line) for line in paths[0].read_text().splitlines()]
     assert len(points) == 2 and list(points[0]) == list(POINT_FIELDS)
     assert points[0]["slo_met"] is True and points[0]["slo"] == {"p95_ttft_ms<30000": True}

@@ -67,13 +67,15 @@ def _layout_run(reports: Path, run_id: str, **settings: Any) -> Path:
 
 
 def test_export_writes_each_points_own_config_and_one_shape_line_per_layout_and_shape(tmp_path: Path) -> None:
-    points_path, shapes_path, _ = export_run(_layout_run(tmp_path / "reports", "lay"))
+    points_path, shapes_path, *_ = export_run(_layout_run(tmp_path / "reports", "lay"))
     points = [json.loads(line) for line in points_path.read_text().splitlines()]
     seen = {(p["layout"], p["config"]) for p in points}
     assert seen == {("tp2dp4", "TP2/EP1/DP4/PP1"), ("tp4dp2", "TP4/EP1/DP2/PP1")}, (
         f"expected each point's own layout, not the run's TP1/EP1/DP1/PP1: {seen}"
     )
     assert all(p["tpot_p50_ms"] == 20.0 and p["tpot_p95_ms"] == 25.0 for p in points)
+    sizes = {(p["layout"], p["tp"], p["ep"], p["dp"], p["pp"], p["groups"]) for p in points}
+    assert sizes == {("tp2dp4", 2, 1, 4, 1, None), ("tp4dp2", 4, 1, 2, 1, None)}, sizes
     shapes = [json.loads(line) for line in shapes_path.read_text().splitlines()]
     keys = sorted((s["layout"], s["isl"], s["osl"]) for s in shapes)
     assert keys == sorted((x["name"], i, o) for x in LAYOUTS for i, o in SHAPES), keys
@@ -82,10 +84,16 @@ def test_export_writes_each_points_own_config_and_one_shape_line_per_layout_and_
 
 
 def test_export_of_a_pd_run_names_the_deployments_groups(tmp_path: Path) -> None:
-    points_path, _, manifest = export_run(_layout_run(tmp_path / "r", "pd", layouts=[], deployment=PD))
+    points_path, _, manifest, _ = export_run(_layout_run(tmp_path / "r", "pd", layouts=[], deployment=PD))
     points = [json.loads(line) for line in points_path.read_text().splitlines()]
     want = "PD prefill TP4/EP4/DP1/PP8 flashinfer_mxfp4 chunk 8192 + decode TP32/EP32/DP1/PP1 marlin"
     assert {(p["layout"], p["config"]) for p in points} == {("pd", want)}, points[0]
+    # each group's role and sizes as separate fields; the run's own sizes are no point's (issue 46)
+    assert [(g["role"], g["tp"], g["ep"], g["dp"], g["pp"]) for g in points[0]["groups"]] == [
+        ("prefill", 4, 4, 1, 8),
+        ("decode", 32, 32, 1, 1),
+    ], points[0]["groups"]
+    assert (points[0]["tp"], points[0]["ep"], points[0]["dp"], points[0]["pp"]) == (None, None, None, None)
     assert json.loads(manifest.read_text())["config"] == want
 
 

@@ -104,7 +104,10 @@ def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
         "Server crash",
         "Timeout",
         "SLO miss",
-        "Performance regression",
+        "Performance regression (baseline gate)",
+        "Comparison: worse",
+        "Comparison: equivalent, not better",
+        "Expectation not met",
         "Client-bound measurement",
         "Numerics mismatch",
         "Output mismatch",
@@ -117,7 +120,10 @@ def test_categories_cover_every_tag_and_match_tagged_messages() -> None:
         ("Server crash", f"AssertionError: {cat.CRASH} exited -9\nmore"),
         ("Timeout", "Timeout >600.0s"),
         ("SLO miss", f"{cat.SLO} ttft_p95_ms=4000"),
-        ("Performance regression", f"{cat.REGRESSION} -3%"),
+        ("Performance regression (baseline gate)", f"{cat.REGRESSION} -3%"),
+        ("Comparison: worse", f"{cat.WORSE} b vs a: -9.00 % Input TPS"),
+        ("Comparison: equivalent, not better", f"{cat.EQUIVALENT} b vs a: +0.10 % Input TPS"),
+        ("Expectation not met", f"{cat.EXPECTATION} best chunk 8192, expected 4096"),
         ("Client-bound measurement", f"{cat.CLIENT_BOUND} loop lag"),
         ("Numerics mismatch", f"{cat.NUMERICS} cosine 0.91"),
         ("Output mismatch", f"{cat.OUTPUT_MISMATCH} first_token_agreement_frac 0.81 < 0.95"),
@@ -140,11 +146,29 @@ def test_executor_names_the_ci_job_or_the_host() -> None:
 def test_write_allure_extras_writes_three_valid_files(tmp_path: Path) -> None:
     paths = write_allure_extras(tmp_path / "ar", MANIFEST)
     assert [p.name for p in paths] == ["environment.properties", "categories.json", "executor.json"]
-    assert len(json.loads(paths[1].read_text())) == 11 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
+    assert len(json.loads(paths[1].read_text())) == 14 and json.loads(paths[2].read_text())["buildOrder"] == 1795996782
 
 
 @pytest.mark.parametrize(
-    "tag", [cat.OOM, cat.NCCL, cat.CRASH, cat.TIMEOUT, cat.SLO, cat.REGRESSION, cat.CLIENT_BOUND, cat.NUMERICS]
+    "tag",
+    [
+        *(cat.OOM, cat.NCCL, cat.CRASH, cat.TIMEOUT, cat.SLO, cat.REGRESSION, cat.WORSE, cat.EQUIVALENT),
+        *(cat.EXPECTATION, cat.CLIENT_BOUND, cat.NUMERICS),
+    ],
 )
 def test_tags_are_bracketed_lowercase_words(tag: str) -> None:
     assert re.fullmatch(r"\[[a-z-]+\]", tag)
+
+
+def test_a_deployment_runs_environment_names_each_groups_own_sizes() -> None:
+    """A PD run's ``parallel`` is its groups' (issue 46), not the run's unused TP1/EP1/DP1/PP1."""
+    groups = [
+        {"name": "prefill", "role": "prefill", "tp": 4, "ep": 4, "dp": 1, "pp": 8, "backend": "flashinfer_mxfp4"},
+        {"name": "decode", "role": "decode", "tp": 32, "ep": 32, "dp": 1, "pp": 1, "backend": "marlin"},
+    ]
+    settings = {**MANIFEST["settings"], "tp": 1, "ep": 1, "dp": 1, "pp": 1}
+    settings["deployment"] = {"kind": "pd", "groups": groups}
+    facts = environment_facts({**MANIFEST, "settings": settings})
+    assert facts["parallel"] == ("PD prefill TP4/EP4/DP1/PP8 flashinfer_mxfp4 + decode TP32/EP32/DP1/PP1 marlin"), (
+        facts["parallel"]
+    )

@@ -298,6 +298,9 @@ def test_the_users_prefill_ab_passes_and_its_summary_states_seed_000s_conclusion
         assert f"{b}: chunk 8K is best at every concurrency (C=8: 8K, C=16: 8K), inside the grid" in summary
     assert "so C=8 is already near prefill-throughput saturation" in summary
     assert "recommendation: EP4 + flashinfer_mxfp4 + chunk 8192" in summary
+    # its absolute figures are the model's in twin time, and say so (issue 46): the summary and the terminal
+    assert "- clock: absolute figures are in twin time (time_scale 0.015" in summary, summary[:2500]
+    assert "sskj: absolute figures are in twin time (time_scale 0.015" in out, out[-5000:]
     gains = re.findall(r"chunk (\d+K): flashinfer_mxfp4 vs marlin C=8: \+(\d+\.\d+) % Input TPS", summary)
     seen = {k: float(v) for k, v in gains}
     for chunk, seed in (("4K", 9.75), ("8K", 11.00), ("16K", 7.63)):  # seed 000's C=8 gains
@@ -367,6 +370,8 @@ def test_served_a_model_where_the_candidate_is_worse_the_same_job_fails_with_wor
     comps = {v["concurrency"]: v["outcome"] for v in verdicts if v.get("kind") == "comparison"}
     assert comps == {8: "worse", 16: "worse"}, comps
     assert re.search(r"FAILED acceptance/test_backend_comparison.py::\S+chunk8192-c8", out), out[-3000:]
+    # the loss's own word (issue 46), not [regression] (the baseline gate's)
+    assert "AssertionError: [worse] flashinfer_mxfp4 vs marlin: " in out and "[regression]" not in out, out[-3000:]
     summary = (run / "summary.md").read_text()
     assert "flashinfer_mxfp4 is NOT better than marlin on all 2 shapes: better on 0/2" in summary, summary[-3000:]
     assert "recommendation: EP4 + marlin + chunk 8192 (flashinfer_mxfp4 worse on every shape)" in summary
@@ -380,6 +385,9 @@ def test_with_equal_backends_nothing_says_better(ssh_config: Path, tmp_path: Pat
     _rows, verdicts, _settings = _read(run)
     outcomes = [v["outcome"] for v in verdicts if v.get("kind") == "comparison"]
     assert len(outcomes) == 2 and "better" not in outcomes, outcomes
+    for outcome in outcomes:  # each failed comparison says its own word: [equivalent] or [inconclusive]
+        assert f"AssertionError: [{outcome}] flashinfer_mxfp4 vs marlin" in _out, _out[-3000:]
+    assert "[regression]" not in _out, _out[-3000:]
     summary = (run / "summary.md").read_text()
     assert "is better than marlin" not in summary and "+ flashinfer_mxfp4" not in summary, summary[-3000:]
     assert rc == 1, "the users' job demands better: equal backends fail it"
