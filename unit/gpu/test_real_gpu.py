@@ -102,7 +102,11 @@ def test_b(gpus, gpu_lease):
 """
 
 
-def test_two_xdist_workers_serialize_on_the_same_gpus(pytester: pytest.Pytester, ledger_path: Path) -> None:
+def test_two_xdist_workers_serialize_on_the_same_gpus(pytester: pytest.Pytester) -> None:
+    """The inner run leases through the ledger this session's own GPU tests use (not a private one): on a many-core
+    box the outer xdist workers keep their CUDA contexts after their leases, and only that ledger knows them as this
+    session's (its residents); with a private ledger the inner run took them for foreign processes and skipped both
+    tests after waiting out --sskj-gpu-wait (seen on the H100 with 16 workers)."""
     inv = real_inventory()
     intervals = pytester.path / "intervals.jsonl"
     pytester.makepyfile(test_serial=SERIAL_TESTS.replace("{n}", str(len(inv.gpus))))
@@ -116,6 +120,7 @@ def test_two_xdist_workers_serialize_on_the_same_gpus(pytester: pytest.Pytester,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert intervals.is_file(), f"expected both inner tests to hold the GPU; the inner run:\n{proc.stdout[-3000:]}"
     rows = sorted((json.loads(x) for x in intervals.read_text().splitlines()), key=lambda r: r["start"])
     print("holds:", json.dumps(rows))
     assert len(rows) == 2 and rows[0]["worker"] != rows[1]["worker"], (
