@@ -112,8 +112,15 @@ def _version_of(dist: metadata.Distribution) -> str | None:
         if not line:  # the end of the headers
             break
         if line.startswith("Version:"):
-            return line[len("Version:") :].strip() or dist.version
-    return dist.version
+            return line[len("Version:") :].strip() or _full_version(dist)
+    return _full_version(dist)
+
+
+def _full_version(dist: metadata.Distribution) -> str | None:
+    """The full parse's ``Version`` (``None`` when absent: ``dist.version`` warns on Python 3.12 that its implicit
+    ``None`` will become a ``KeyError``, an error under ``filterwarnings = error``)."""
+    md = dist.metadata
+    return str(md["Version"]) if "Version" in md else None
 
 
 @dataclass

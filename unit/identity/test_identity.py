@@ -11,6 +11,7 @@ import pytest
 from identity_builds import make_build
 
 from pytest_sskj.errors import EnvironmentMismatch
+from pytest_sskj.gpu.inventory import read_nvml_inventory
 from pytest_sskj.identity import build_facts, differences, identity_prelaunch, probe_nodes, record_identity
 from pytest_sskj.identity.nodes import NodeIdentity
 from pytest_sskj.report.allure_env import environment_facts
@@ -57,7 +58,11 @@ def test_probe_reads_wheel_commit_build_meta_and_torch_cuda_without_importing(tm
     assert p["flashinfer"]["commit_source"] == "flashinfer/_build_meta.py __git_commit__"
     assert (p["torch"]["version"], p["torch"]["cuda"]) == ("2.11.0+cu130", "13.0"), p["torch"]
     assert p["sgl_kernel"]["version"] == "0.4.1"
-    assert ident.driver.get("version") is None and ident.driver.get("reason"), ident.driver
+    host = read_nvml_inventory({})  # this host's own driver, if any: the probe must report what NVML reports
+    if host.driver_version:
+        assert ident.driver.get("version") == host.driver_version, (ident.driver, host.driver_version)
+    else:
+        assert ident.driver.get("version") is None and ident.driver.get("reason"), ident.driver
 
 
 def test_probe_reads_the_commit_of_a_source_checkout(tmp_path: Path) -> None:

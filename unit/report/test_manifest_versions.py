@@ -37,6 +37,8 @@ def test_a_metadata_file_without_a_version_header_falls_back_to_the_full_parse(t
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-pkg\n\nVersion: 9.9.9 (in the body)\n")
     dist = metadata.PathDistribution(info)
     seen = manifest._version_of(dist)
-    assert seen == dist.version, f"the full parse's answer {dist.version!r}, saw {seen!r}"
+    md = dist.metadata  # not dist.version: its implicit None warns on Python 3.12
+    full = md["Version"] if "Version" in md else None
+    assert seen == full, f"the full parse's answer {full!r}, saw {seen!r}"
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.2.3\n\nlong description\n")
     assert manifest._version_of(metadata.PathDistribution(info)) == "1.2.3"
