@@ -74,6 +74,12 @@ def check_settings(s: Settings) -> None:
         )
     if s.launcher == "ssh" and s.target_url is None:  # a dry run dials nothing but is checked like a real run
         _check_numeric_nodes(s)
+        if not s.dry_run and shutil.which("ssh") is None:
+            raise usage(
+                "the ssh launcher runs every rank through the OpenSSH client, and no 'ssh' is on PATH here",
+                "a machine with the OpenSSH client installed (or --launcher local for this box's GPUs)",
+                "apt-get install -y openssh-client (a dry run, --sskj-dry-run, plans without it)",
+            )
     if not s.dry_run:  # last: nothing is created when an earlier check fails
         _create_reports_dir(s)
 
@@ -139,8 +145,10 @@ def unmapped_numeric_nodes(nodes: Iterable[str], ssh_config: Path | None) -> lis
     those the ssh configuration (``ssh -G``, with ``-F`` when given) maps to no other host name."""
     numeric = [n for n in nodes if n.isdigit()]
     ssh = shutil.which("ssh")
-    if not numeric or ssh is None:
+    if not numeric:
         return []
+    if ssh is None:  # no client here (a GPU image without openssh-client): read the configuration ourselves
+        return _unmapped_by_reading(numeric, ssh_config)
     out = []
     for node in numeric:
         argv = [ssh, *(["-F", str(ssh_config)] if ssh_config else []), "-G", node]
@@ -152,6 +160,43 @@ def unmapped_numeric_nodes(nodes: Iterable[str], ssh_config: Path | None) -> lis
         if res.returncode == 0 and host.strip() in (node, _as_ipv4(node)):  # ssh -G shows 601 as 0.0.2.89
             out.append(node)
     return out
+
+
+def _unmapped_by_reading(numeric: list[str], ssh_config: Path | None) -> list[str]:
+    """:func:`unmapped_numeric_nodes` without an ssh client: the ``Host`` blocks of the configuration (``-F`` file,
+    else ``~/.ssh/config`` and ``/etc/ssh/ssh_config``) that set a ``HostName``, matched as ssh matches patterns
+    (``*``, ``?``, ``!`` negation).  No verdict (``[]``) where only ssh could tell: an ``Include`` or ``Match``
+    line, or a file that cannot be read."""
+    import fnmatch
+
+    from pytest_sskj.files import read_text_file
+
+    paths = [ssh_config] if ssh_config else [Path.home() / ".ssh" / "config", Path("/etc/ssh/ssh_config")]
+    mapped: set[str] = set()
+    for path in paths:
+        try:
+            text = read_text_file(path, what="ssh configuration")
+        except FileNotFoundError:
+            continue
+        except ValueError:
+            return []
+        patterns: list[str] = ["*"]
+        for raw in text.splitlines():
+            key, _, value = raw.strip().partition(" ")
+            key, value = key.lower().rstrip("="), value.strip().lstrip("=").strip()
+            if key in ("include", "match"):
+                return []
+            if key == "host":
+                patterns = value.split()
+            elif key == "hostname":
+                for node in (n for n in numeric if value not in ("%h", n)):  # %h: the name as given
+                    pos = [x for x in patterns if not x.startswith("!")]
+                    neg = [x[1:] for x in patterns if x.startswith("!")]
+                    if any(fnmatch.fnmatchcase(node, x) for x in pos) and not any(
+                        fnmatch.fnmatchcase(node, x) for x in neg
+                    ):
+                        mapped.add(node)
+    return [n for n in numeric if n not in mapped]
 
 
 def _check_numeric_nodes(s: Settings) -> None:

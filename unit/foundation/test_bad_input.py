@@ -145,7 +145,50 @@ def test_ini_node_template_expands_bare_node_numbers(pytester: pytest.Pytester) 
     pytester.runpytest("--nodes", "601-602", "--launcher", "local", "--reports-dir", "r").assert_outcomes(passed=1)
 
 
+@pytest.mark.parametrize(
+    ("config", "unmapped"),
+    [
+        ("Host 601\n  HostName 10.0.0.1\n", ["602"]),
+        ("Host 60?\n  HostName node%h.lan\n", []),
+        ("Host * !602\n  HostName gw.lan\n", ["602"]),
+        ("Host 601 602\n  HostName %h\n", ["601", "602"]),
+        ("Host 601\n  User me\n", ["601", "602"]),
+        ("Include other.conf\n", []),  # only ssh could tell: no verdict
+        ("Match host 601\n  HostName 10.0.0.1\n", []),
+    ],
+)
+def test_without_an_ssh_client_the_configuration_is_read_to_judge_bare_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str, unmapped: list[str]
+) -> None:
+    """A GPU image without openssh-client (the H100 test machine's): bare numbers are still judged, from the
+    configuration's Host blocks, instead of being let through to a launch that cannot dial them."""
+    import pytest_sskj.validate as validate
+
+    monkeypatch.setattr(validate.shutil, "which", lambda name: None)
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(config)
+    assert unmapped_numeric_nodes(["601", "602", "gpu603"], cfg) == unmapped
+
+
 def test_numeric_nodes_mapped_by_an_ssh_config_are_accepted(tmp_path: Path) -> None:
     cfg = tmp_path / "ssh_config"
     cfg.write_text("Host 601\n  HostName 10.0.0.1\n")
     assert unmapped_numeric_nodes(["601", "602", "gpu603"], cfg) == ["602"]
+
+
+def test_an_ssh_launch_without_an_ssh_client_is_a_usage_error_and_a_dry_run_still_plans(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on the H100 image (no openssh-client): the launch went ahead and every point crashed on "could not run
+    'ssh'"; now it is refused at parse time, and the dry run plans without dialling."""
+    import pytest_sskj.validate as validate
+
+    monkeypatch.setattr(validate.shutil, "which", lambda name: None)
+    cfg = pytester.path / "ssh_config"
+    cfg.write_text("Host gpu*\n  User me\n")
+    args = ("--launcher", "ssh", "--nodes", "gpu1,gpu2", "--sskj-ssh-config", str(cfg), "-p", "no:cacheprovider")
+    res = pytester.runpytest_inprocess(str(ACCEPTANCE / "test_serving.py"), *args)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str()[-1500:]
+    res.stderr.fnmatch_lines(["*no 'ssh' is on PATH here*", "*Hint: apt-get install -y openssh-client*"])
+    dry = pytester.runpytest_inprocess(str(ACCEPTANCE / "test_serving.py"), *args, "--sskj-dry-run")
+    assert dry.ret == 0, dry.stdout.str()[-1500:]
