@@ -103,7 +103,9 @@ def test_bad_options_are_the_runs_own_usage_errors_and_nothing_starts(tmp_path: 
     assert bad.returncode == 4, f"expected exit 4 (usage), got {bad.returncode}:\n{bad.stderr}"
     assert "--concurrency" in bad.stderr, bad.stderr
     name = serve("start", "../evil", reports=reports)
-    assert name.returncode == 1 and "is not accepted" in name.stderr, name.stderr
+    assert name.returncode == 4 and "is not accepted" in name.stderr, (
+        f"expected exit 4 (usage) naming the refused name, got {name.returncode}:\n{name.stderr}"
+    )
     assert not (reports / "deployments").exists() or not list((reports / "deployments").glob("*.json"))
     target = serve("start", "y", "--target-url", "http://127.0.0.1:9", reports=reports)
     assert target.returncode == 1 and "launches one" in target.stderr, target.stderr
