@@ -319,8 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["serve"]:  # its options are pytest's own (run options), parsed by pytest
         from pytest_sskj.serve import main as serve_main
+        from pytest_sskj.subsystems import OPTIONS
 
-        return serve_main(argv[1:])
+        return serve_main(argv[1:], OPTIONS)
     args = _parser().parse_args(argv)
     if args.command == "release":
         return _release(args)

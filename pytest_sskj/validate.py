@@ -167,8 +167,6 @@ def _unmapped_by_reading(numeric: list[str], ssh_config: Path | None) -> list[st
     else ``~/.ssh/config`` and ``/etc/ssh/ssh_config``) that set a ``HostName``, matched as ssh matches patterns
     (``*``, ``?``, ``!`` negation).  No verdict (``[]``) where only ssh could tell: an ``Include`` or ``Match``
     line, or a file that cannot be read."""
-    import fnmatch
-
     from pytest_sskj.files import read_text_file
 
     paths = [ssh_config] if ssh_config else [Path.home() / ".ssh" / "config", Path("/etc/ssh/ssh_config")]
@@ -180,23 +178,36 @@ def _unmapped_by_reading(numeric: list[str], ssh_config: Path | None) -> list[st
             continue
         except ValueError:
             return []
-        patterns: list[str] = ["*"]
-        for raw in text.splitlines():
-            key, _, value = raw.strip().partition(" ")
-            key, value = key.lower().rstrip("="), value.strip().lstrip("=").strip()
-            if key in ("include", "match"):
-                return []
-            if key == "host":
-                patterns = value.split()
-            elif key == "hostname":
-                for node in (n for n in numeric if value not in ("%h", n)):  # %h: the name as given
-                    pos = [x for x in patterns if not x.startswith("!")]
-                    neg = [x[1:] for x in patterns if x.startswith("!")]
-                    if any(fnmatch.fnmatchcase(node, x) for x in pos) and not any(
-                        fnmatch.fnmatchcase(node, x) for x in neg
-                    ):
-                        mapped.add(node)
+        found = _mapped_in(text, numeric)
+        if found is None:
+            return []
+        mapped |= found
     return [n for n in numeric if n not in mapped]
+
+
+def _mapped_in(text: str, numeric: list[str]) -> set[str] | None:
+    """The nodes of ``numeric`` that a ``Host`` block of ``text`` gives another ``HostName``; ``None`` where an
+    ``Include`` or ``Match`` line leaves the answer to ssh."""
+    patterns: list[str] = ["*"]
+    mapped: set[str] = set()
+    for raw in text.splitlines():
+        key, _, value = raw.strip().partition(" ")
+        key, value = key.lower().rstrip("="), value.strip().lstrip("=").strip()
+        if key in ("include", "match"):
+            return None
+        if key == "host":
+            patterns = value.split()
+        elif key == "hostname":  # %h: the name as given, which maps nothing
+            mapped |= {n for n in numeric if value not in ("%h", n) and _host_matches(n, patterns)}
+    return mapped
+
+
+def _host_matches(node: str, patterns: list[str]) -> bool:
+    import fnmatch
+
+    pos = [x for x in patterns if not x.startswith("!")]
+    neg = [x[1:] for x in patterns if x.startswith("!")]
+    return any(fnmatch.fnmatchcase(node, x) for x in pos) and not any(fnmatch.fnmatchcase(node, x) for x in neg)
 
 
 def _check_numeric_nodes(s: Settings) -> None:

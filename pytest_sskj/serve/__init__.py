@@ -15,7 +15,8 @@ The interface (everything callers use):
   naming the known ones when there is none); :func:`target_url` ``(reports_dir, name) -> str``: its client URL
   (``pytest --sskj-deployment NAME``).
 - :class:`DeploymentState` / :class:`RankState`: the state file (:mod:`pytest_sskj.serve.state`).
-- :func:`main` ``(argv) -> int``: the ``python -m pytest_sskj serve`` command line (:mod:`pytest_sskj.serve.cli`).
+- :func:`main` ``(argv, options) -> int``: the ``python -m pytest_sskj serve`` command line
+  (:mod:`pytest_sskj.serve.cli`); ``options`` is the option table whose flags may follow the action.
 """
 
 from __future__ import annotations

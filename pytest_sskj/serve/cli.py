@@ -18,6 +18,7 @@ from typing import TextIO
 import pytest
 
 from pytest_sskj.names import NameRefused
+from pytest_sskj.options import Option
 from pytest_sskj.serve.control import DeploymentStatus, ServeError, load, start, status, stop
 from pytest_sskj.serve.state import check_name, known_names
 
@@ -50,6 +51,43 @@ def _config(args: Sequence[str], *, records: bool) -> pytest.Config:
     config = _prepareconfig(["-p", "no:cacheprovider", *([] if records else ["--collect-only"]), *args], None)
     config._do_configure()
     return config
+
+
+# pytest's own options that choose where the run's configuration comes from (each takes a value)
+_CONFIG_FLAGS = ("-c", "--config-file", "--rootdir", "-o", "--override-ini")
+
+
+def _is_flag(arg: str) -> bool:
+    return arg.startswith("-") and len(arg) > 1 and not arg[1:2].isdigit()
+
+
+def check_run_options(rest: Sequence[str], action: str, options: Sequence[Option]) -> None:
+    """Refuse what follows the action unless it is a run option of ``options`` (the option table) or
+    -c/--rootdir/-o: pytest's own flags (``-rf``, ``-x``, ``-p``) mean nothing to a deployment, and a second name
+    is not a name."""
+    takes = {f for o in options if o.kind != "bool" for f in o.flags} | set(_CONFIG_FLAGS)
+    flags = {f for o in options if o.kind == "bool" for f in o.flags}
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        flag = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if flag in takes and (flag != arg or (i + 1 < len(rest) and not _is_flag(rest[i + 1]))):
+            i += 1 if flag != arg else 2
+            continue
+        if flag in flags and flag == arg:
+            i += 1
+            continue
+        what = (
+            "needs a value"
+            if flag in takes
+            else ("is not a pytest-sskj run option" if arg.startswith("-") else "is a second name")
+        )
+        raise pytest.UsageError(
+            f"{arg!r} {what}\n"
+            f"  accepted after `serve {action} [NAME]`: the run options of `pytest --help` group sskj (--profile, "
+            "--nodes, --backend, --launcher, --sskj-*, --reports-dir...) and -c/--rootdir/-o\n"
+            "  Hint: a deployment name is letters, digits, '_', '.', '+', '-' starting with a letter, digit or '_'"
+        )
 
 
 Say = Callable[[str], None]
@@ -144,13 +182,16 @@ def _write(stream: TextIO) -> Say:
     return say
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str], options: Sequence[Option]) -> int:
+    """``serve ACTION [NAME] [run options]``; ``options`` is the option table (``subsystems.OPTIONS``) whose flags
+    may follow."""
     ns, rest = parser().parse_known_args(list(argv))
     out, err = _write(sys.stdout), _write(sys.stderr)
     name = ns.name_opt or ns.name
     try:
         if name is not None:  # refused before anything is resolved, launched or written
             check_name(name)
+        check_run_options(rest, ns.action, options)
         config = _config(rest, records=ns.action == "start")
     except (pytest.UsageError, NameRefused) as exc:
         err(f"ERROR: serve {ns.action}: {exc}")

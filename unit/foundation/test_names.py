@@ -111,7 +111,7 @@ def rooted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]
 
 
 @pytest.mark.parametrize("template", COMMANDS, ids=lambda t: " ".join(t))
-@pytest.mark.parametrize("hostile", ["escape", "{outside}", "../outside", "a" * 300, "$(touch pwned)"])
+@pytest.mark.parametrize("hostile", ["escape", "{outside}", "../outside", "a" * 300, "$(touch pwned)", "-rf"])
 def test_each_subcommand_refuses_a_name_that_leads_out_of_its_root(
     rooted: tuple[Path, Path], template: tuple[str, ...], hostile: str
 ) -> None:
@@ -138,6 +138,10 @@ def _refused_and_nothing_written_outside(rooted: tuple[Path, Path], template: tu
     before_out, before_parent = _listing(outside), sorted(p.name for p in root.parent.iterdir())
     argv = [value if part == "{}" else part for part in template]
     code, text = bounded(_call, argv, limit_s=20.0)
+    if code == 0 and template[:2] == ("serve", "start"):  # a deployment it should not have started: stop it
+        for state in (root / "reports" / "deployments").glob("*.json"):
+            if not state.is_symlink():
+                _call(["serve", "stop", state.stem])
     assert code != 0, f"expected {argv} refused, it exited 0:\n{text[-1500:]}"
     assert "Traceback" not in text, f"expected a one-line refusal of {argv}, got a traceback:\n{text[-3000:]}"
     assert _listing(outside) == before_out, f"{argv} wrote outside its root: {_listing(outside)}"
