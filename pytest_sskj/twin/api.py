@@ -15,6 +15,7 @@ what the engine emits, when it emits it.  PD: a prefill rank 0 also serves its b
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 import urllib.request
@@ -192,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._sse_start()
         while True:
-            n, done = req.events.get()
+            n, done = _latest(req)
             ids = token_ids(req.prompt, n)
             self._sse({"text": _text(ids), "output_ids": ids, "meta_info": self._meta(req, done, rid)})
             if done:
@@ -222,6 +223,19 @@ class _Handler(BaseHTTPRequestHandler):
             usage.update(completion_tokens=req.emitted, total_tokens=req.emitted + len(req.prompt))
             self._sse({"id": rid, "object": "text_completion", "model": model, "choices": [], "usage": usage})
         self._sse_end()
+
+
+def _latest(req: Request) -> tuple[int, bool]:
+    """The request's newest state, every event queued behind it drained, as SGLang's tokenizer manager drains
+    ``state.out_list`` and sends its last (cumulative) entry: a writer that fell behind sends one frame with
+    every token emitted meanwhile, never a backlog of frames (the client counts ``completion_tokens``)."""
+    n, done = req.events.get()
+    while not done:
+        try:
+            n, done = req.events.get_nowait()
+        except queue.Empty:
+            break
+    return n, done
 
 
 class _Server(ThreadingHTTPServer):

@@ -421,6 +421,8 @@ def test_the_pd_job_runs_seed_004s_four_points_over_the_real_router(ssh_config: 
     scale = 0.05  # kimi3-pro6000-pd.toml
     ttft = c8[1]["median_ttft_ms"] / scale / 1000
     tpot = c8[512]["median_tpot_ms"] / scale
+    print(f"PD job C8 modelled: TTFT P50 {ttft:.3f} s (seed 004: 20.555), TPOT P50 {tpot:.2f} ms (seed 004: 63.20)")
+    print("  client:", {k: c8[512].get(k) for k in ("client_bound", "client_bound_reasons", "event_loop_lag_p99_ms")})
     assert abs(ttft / 20.555 - 1) < 0.15, f"16K->1 C8 TTFT P50 {ttft:.2f} modelled s, seed 004: 20.555 s"
     assert abs(tpot / 63.20 - 1) < 0.15, f"16K->512 C8 TPOT P50 {tpot:.1f} modelled ms, seed 004: 63.20 ms"
     for group, node in (("prefill", "601"), ("decode", "605")):
