@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -115,6 +116,11 @@ def _session_members(sid: int) -> list[int]:
     return out
 
 
+@pytest.mark.skipif(
+    shutil.which("ssh") is None,
+    reason="needs the OpenSSH client (ssh) on PATH: without it an ssh launch is a usage error at parse time "
+    "(unit/foundation/test_bad_input.py)",
+)
 def test_a_launcher_failure_is_one_launch_failure_per_spec_and_the_rest_not_run(tmp_path: Path) -> None:
     proc = _start(
         tmp_path,

@@ -22,6 +22,7 @@ def test_users_matrix_has_36_points_with_readable_ids(pytester: pytest.Pytester)
         pytester,
         "--sskj-ssh-config",
         "ssh_config",
+        "--sskj-dry-run",  # plans without an ssh client (the GPU image has none)
         "--engine",
         "sglang",
         "--nodes",

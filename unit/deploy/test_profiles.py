@@ -39,7 +39,7 @@ _DEP = (
 
 def test_layers_combine_by_reference_with_the_origin_of_every_value(pytester: pytest.Pytester) -> None:
     _tree(pytester.path, _DEP)
-    config = pytester.parseconfigure("--profile", "lab/dep")
+    config = pytester.parseconfigure("--profile", "lab/dep", "--sskj-dry-run")  # no ssh client needed to plan
     s = config.stash[SETTINGS_KEY]
     assert (s.platform, s.gpus_per_node, s.model_name, s.model_path) == ("chipx", 4, "Model-M", "/models/m")
     assert s.server_args == ("--trust-remote-code", "--x=1"), "model's flag first, the deployment's added"
@@ -55,7 +55,9 @@ def test_precedence_cli_over_env_over_profile_layers(
 ) -> None:
     _tree(pytester.path, _DEP)
     monkeypatch.setenv("SSKJ_MODEL_PATH", "/env/model")
-    s = pytester.parseconfigure("--profile", "lab/dep", "--sskj-gpus-per-node", "8").stash[SETTINGS_KEY]
+    s = pytester.parseconfigure("--profile", "lab/dep", "--sskj-gpus-per-node", "8", "--sskj-dry-run").stash[
+        SETTINGS_KEY
+    ]
     assert s.gpus_per_node == 8 and s.sources["gpus_per_node"] == "cli"
     assert s.model_path == "/env/model" and s.sources["model_path"] == "env"
     assert s.sources["platform"] == "profile"

@@ -35,7 +35,11 @@ def test_example_profile_loads(pytester: pytest.Pytester) -> None:
     # bare node numbers need an ssh_config mapping (or a node template) before an ssh run is accepted
     (pytester.path / "ssh_config").write_text("Host 601 602 603 604\n  HostName 127.0.0.1\n")
     config = pytester.parseconfigure(
-        "--profile", str(ROOT / "profiles" / "kimi3-pro6000-sglang.toml"), "--sskj-ssh-config", "ssh_config"
+        "--profile",
+        str(ROOT / "profiles" / "kimi3-pro6000-sglang.toml"),
+        "--sskj-ssh-config",
+        "ssh_config",
+        "--sskj-dry-run",  # plans without an ssh client (the GPU image has none)
     )
     s = config.stash[SETTINGS_KEY]
     assert (s.engine, s.tp, s.ep, s.nodes, s.chunks) == (

@@ -61,7 +61,7 @@ def test_profile_supplies_nodes_parallel_sizes_server_args_and_env(pytester: pyt
     )
     # bare node numbers need an ssh_config mapping (or a node template) before an ssh run is accepted
     (pytester.path / "ssh_config").write_text("Host 601 602 603 604\n  HostName 127.0.0.1\n")
-    s = _settings(pytester, "--profile", str(profile), "--sskj-ssh-config", "ssh_config")
+    s = _settings(pytester, "--profile", str(profile), "--sskj-ssh-config", "ssh_config", "--sskj-dry-run")
     assert s.engine == "sglang" and s.nodes == ("601", "602", "603", "604") and (s.tp, s.ep) == (32, 4)
     assert s.server_args == ("--trust-remote-code",)
     assert s.env_dict == {"NCCL_IB_DISABLE": "1", "HF_TOKEN": "hf_secret_value"}
