@@ -39,9 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    from pytest_sskj.options import check_raw_args
+    from pytest_sskj.options import check_raw_args, check_repeated
+    from pytest_sskj.subsystems import OPTIONS
 
     check_raw_args(args)
+    check_repeated(list(early_config.invocation_params.args), OPTIONS)  # as typed: addopts may be overridden
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

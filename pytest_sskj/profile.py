@@ -28,6 +28,7 @@ the file.  A file without ``[layers]`` is a flat profile (every key a setting na
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -217,12 +218,22 @@ def _as_option_text(key: str, value: Any) -> Any:
     if key == "env":
         if not isinstance(value, dict):
             raise ValueError("'env' must be a table of NAME = \"value\" pairs")
+        bad = [k for k, v in value.items() if isinstance(v, (dict, list, datetime.date, datetime.time))]
+        if bad:
+            raise ValueError(
+                f"env.{bad[0]} is a {type(value[bad[0]]).__name__}; an environment value is a string or a number, "
+                f'e.g. {bad[0]} = "1"'
+            )
         return [f"{k}={v}" for k, v in value.items()]
     if isinstance(value, bool):  # words, not 1/0: a boolean given to a number option is refused, not read as 1
         return "true" if value else "false"
+    if key in _LIST_SETTINGS:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f'{key!r} must be an array of strings, one argument each, e.g. {key} = ["--x", "1"]')
+        return list(value)
     if isinstance(value, list):
-        if key in _LIST_SETTINGS:
-            return [str(v) for v in value]
+        if not all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"{key!r} must be a value or an array of values (strings or numbers), not nested")
         return ",".join(str(v) for v in value)
     if isinstance(value, (int, float, str)):
         return str(value)
@@ -310,6 +321,11 @@ def load_profile(path: Path, keys: Sequence[str]) -> Profile:
     """Read a profile and its layers; raise :class:`ValueError` saying what is wrong and what is accepted.
     ``keys``: the setting keys it may set (:func:`profile_keys` of the option registry's rows)."""
     raw = _read(path)
+    if not raw:
+        raise ValueError(
+            f'profile {str(path)!r} is empty: it sets nothing (e.g. nodes = "601-604", tp = 8, '
+            "or [layers] platform = and model =)"
+        )
     layered = "layers" in raw
     accepted = tuple(sorted({*keys, *_DEPLOYMENT_ONLY})) if layered else (*keys, *_DEPLOYMENT_ONLY)
     _refuse_unknown(raw, accepted, path, "profile")

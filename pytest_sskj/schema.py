@@ -121,6 +121,21 @@ def check_text(text: str, *, ascii_only: bool, empty_ok: bool = False) -> str:
     return text.strip()
 
 
+_SHELL = re.compile(r"\$\(|\$\{|`|;|\||&|<|>")
+
+
+def check_verbatim(text: str) -> str:
+    """``text``, or ``ValueError`` when it holds shell syntax: a value passed verbatim (never through a shell) that
+    holds ``$(...)`` or ``;`` was meant for a shell that will not run it."""
+    bad = _SHELL.search(text)
+    if bad:
+        raise ValueError(
+            f"{text[:80]!r} holds the shell syntax {bad.group()!r}; pytest-sskj passes this value verbatim (quoted "
+            "on every node), no shell expands or runs it -- give the literal value"
+        )
+    return text
+
+
 # -- numbers ---------------------------------------------------------------------------------------------
 
 
@@ -408,10 +423,14 @@ def parse_value(
         if not items:
             raise ValueError("the value is empty")
         items = [check_text(i, ascii_only=ascii_only and opt.kind != "env") for i in items]
+        for item in items if opt.verbatim else ():
+            check_verbatim(item)
         if opt.kind == "env":
             return _env_pairs(items)
         return _ssh_options(items) if opt.kind == "ssh_options" else tuple(items)
     text = check_text(_text_of(value), ascii_only=ascii_only)
+    if opt.verbatim:
+        check_verbatim(text)
     if opt.kind == "nodes" and nodes is not None:
         return nodes(text)
     if extra and opt.kind in extra:
@@ -461,6 +480,8 @@ def accepted(opt: Option) -> str:
         "path": "a non-empty path",
         "str": f"a non-empty text without control characters (at most {MAX_TEXT} characters)",
     }.get(opt.kind, "a non-empty value")
+    if opt.verbatim:
+        base += ", taken literally: no $(...), ${...}, backticks, ';', pipes, '&', '<' or '>'"
     bounds = bounds_text(opt)
     return f"{base}, {bounds}" if bounds else base
 

@@ -21,10 +21,23 @@ if TYPE_CHECKING:
     from pytest_sskj.registry import Registry
     from pytest_sskj.settings import Settings
 
-__all__ = ["MAX_MODEL_TOKENS", "check_ini_keys", "check_settings", "unmapped_numeric_nodes", "usage"]
+__all__ = [
+    "MAX_MODEL_TOKENS",
+    "MAX_PLAN_POINTS",
+    "check_ini_keys",
+    "check_settings",
+    "plan_size",
+    "unmapped_numeric_nodes",
+    "usage",
+]
 
 MAX_MODEL_TOKENS = 10 * 1024 * 1024
 """ISL + OSL above this exceeds the context of every model (the longest, Llama 4 Scout, has 10M)."""
+
+
+MAX_PLAN_POINTS = 10_000
+"""The most serving points one run may plan: 10,000 points are a week at a minute each; a plan past it (an
+ISL x OSL grid of 40,000 shapes, a matrix of millions) is refused at parse time, before it is enumerated."""
 
 
 def usage(what: str, accepted: str, hint: str) -> pytest.UsageError:
@@ -51,6 +64,7 @@ def check_ini_keys(config: pytest.Config, known: Iterable[str]) -> None:
 
 def check_settings(s: Settings) -> None:
     """Every cross-setting and engine check; the first failure raises."""
+    _check_plan_size(s)
     _check_local_python(s)
     _check_reports_dir(s)
     _check_run_id(s)
@@ -73,6 +87,7 @@ def check_settings(s: Settings) -> None:
             "sizes take a K suffix: --isl 16K",
         )
     if s.launcher == "ssh" and s.target_url is None:  # a dry run dials nothing but is checked like a real run
+        _check_ssh_config(s)
         _check_numeric_nodes(s)
         if not s.dry_run and shutil.which("ssh") is None:
             raise usage(
@@ -82,6 +97,36 @@ def check_settings(s: Settings) -> None:
             )
     if not s.dry_run:  # last: nothing is created when an earlier check fails
         _create_reports_dir(s)
+
+
+def plan_size(s: Settings) -> tuple[int, str]:
+    """How many serving points ``s`` plans (counted, never enumerated) and the product that gives it:
+    layouts x shapes x chunks x concurrencies x backends x repeats (the sequential A/B's --sskj-max-repeats when
+    larger)."""
+    several = bool(s.layouts) or len(s.shapes) > 1
+    factors = (
+        ("layouts", len(s.layouts) or 1),
+        ("shapes", len(s.shapes) if several and s.shapes else 1),
+        ("chunks", len(s.chunks) or 1),
+        ("concurrencies", len(s.concurrencies) or 1),
+        ("backends", len(s.backends) or 1),
+        ("repeats", max(s.repeats, s.max_repeats or 0)),
+    )
+    total = 1
+    for _, n in factors:
+        total *= n
+    return total, " x ".join(f"{n} {name}" for name, n in factors if n > 1) or "1 point"
+
+
+def _check_plan_size(s: Settings) -> None:
+    total, product = plan_size(s)
+    if total > MAX_PLAN_POINTS:
+        raise usage(
+            f"the run plans {total:,} serving points ({product}), more than {MAX_PLAN_POINTS:,}",
+            f"at most {MAX_PLAN_POINTS:,} points per run (a week at a minute a point)",
+            "fewer values per list, --sskj-grid-limit N for the first N shapes of an ISL x OSL grid, "
+            "or split the plan into runs (one --layout or shape list each)",
+        )
 
 
 def _check_local_python(s: Settings) -> None:
@@ -153,7 +198,7 @@ def unmapped_numeric_nodes(nodes: Iterable[str], ssh_config: Path | None) -> lis
     for node in numeric:
         argv = [ssh, *(["-F", str(ssh_config)] if ssh_config else []), "-G", node]
         try:
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+            res = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return []  # no verdict without ssh: the launcher reports what ssh says
         host = next((ln.split(None, 1)[1] for ln in res.stdout.splitlines() if ln.startswith("hostname ")), node)
@@ -208,6 +253,26 @@ def _host_matches(node: str, patterns: list[str]) -> bool:
     pos = [x for x in patterns if not x.startswith("!")]
     neg = [x[1:] for x in patterns if x.startswith("!")]
     return any(fnmatch.fnmatchcase(node, x) for x in pos) and not any(fnmatch.fnmatchcase(node, x) for x in neg)
+
+
+def _check_ssh_config(s: Settings) -> None:
+    """``--sskj-ssh-config FILE`` that ssh itself cannot read (garbage, an Include loop, bad bytes): refused with
+    ssh's own words, before any rank is launched through it."""
+    ssh = shutil.which("ssh")
+    if s.ssh_config is None or ssh is None or not s.nodes:
+        return
+    argv = [ssh, "-F", str(s.ssh_config), "-G", s.nodes[0]]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no verdict: the launcher reports what ssh says
+    if res.returncode != 0:
+        said = next((ln.strip() for ln in res.stderr.splitlines() if ln.strip()), f"exit status {res.returncode}")
+        raise usage(
+            f"--sskj-ssh-config {s.ssh_config}: ssh cannot use it: {said[:300]}",
+            "an ssh_config file ssh reads (`ssh -F FILE -G HOST` exits 0)",
+            f"check it with `ssh -F {s.ssh_config} -G {s.nodes[0]}`",
+        )
 
 
 def _check_numeric_nodes(s: Settings) -> None:

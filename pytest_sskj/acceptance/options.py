@@ -69,7 +69,9 @@ MATRIX: tuple[Option, ...] = (
         "warmup",
         ("--sskj-warmup",),
         "int0",
-        "Warmup requests before each server run's first measured phase, not measured (default 1)",
+        "Warmup requests before each server run's first measured phase, not measured (default 1; a server already "
+        "warm from a measured phase gets none; the embedded engine's next server gets its warmup as soon as it is "
+        "healthy, while nothing is measured)",
         default=1,
         lo=0,
         hi=10_000,

@@ -67,7 +67,9 @@ def add_parsers(sub: Any) -> None:
     cmp_.add_argument("a", type=_name("baseline"), help="baseline: run id, release tag or last-release")
     cmp_.add_argument("b", type=_name("candidate"), help="candidate: run id or release tag")
     cmp_.add_argument("--allow-incomparable", action="store_true", help="compare anyway, marking every point")
-    cmp_.add_argument("--margin", type=float, default=0.0, help="percent B must beat A by to count as better")
+    cmp_.add_argument(
+        "--margin", type=_margin, default=0.0, help="percent B must beat A by to count as better (0-1000, default 0)"
+    )
     cmp_.add_argument(
         "--fail-on",
         choices=("worse", "never"),
@@ -80,6 +82,19 @@ def add_parsers(sub: Any) -> None:
     exp.add_argument("--run", required=True, type=_name("run id"), help="run id (folder under the reports dir)")
     exp.add_argument("--out", type=Path, default=None, help="output folder (default: <run dir>/export)")
     exp.add_argument("--reports-dir", type=Path, default=None)
+
+
+def _margin(text: str) -> float:
+    """``--margin``: a finite percentage 0-1000 (NaN, inf and negative margins judge nothing)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a percentage 0-1000, e.g. 2") from None
+    if not math.isfinite(value) or not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"{text} is not a percentage 0-1000 (finite, not negative); e.g. 2")
+    return value
 
 
 def _reports(args: argparse.Namespace) -> Path:
@@ -188,6 +203,11 @@ def _compare(args: argparse.Namespace) -> int:
         b = resolve_baseline(args.b, _reports(args), db, prefer_db=True)
     except BaselineError as exc:
         return _fail(str(exc).replace("--sskj-baseline ", ""))
+    if a.run_id == b.run_id:
+        return _fail(
+            f"refused: {args.a} and {args.b} are both run {a.run_id}; a comparison needs two runs "
+            "(a baseline and a candidate)"
+        )
     noise, pairs = between_run_noise(_stored_runs(args, db, {a.run_id, b.run_id}, a))
     c = compare_runs(a, b, allow_incomparable=args.allow_incomparable, margin_pct=args.margin, noise=noise)
     _out(render_compare(c, args.fmt))
@@ -206,6 +226,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from pytest_sskj.history.export import export_run
+    from pytest_sskj.rundir import RunLayout
 
     try:
         run_dir = inside(_reports(args), args.run, what="run id")
@@ -213,9 +234,36 @@ def _export(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if not run_dir.is_dir():
         return _fail(f"run directory {run_dir} does not exist (see --reports-dir)")
-    for path in export_run(run_dir, args.out):
+    lay = RunLayout(run_dir)
+    if not any(p.is_file() for p in (lay.manifest, lay.results_journal, lay.results_json, lay.results_csv)):
+        return _fail(
+            f"{run_dir} is not a run directory: it holds no manifest.json and no results "
+            "(results.jsonl, results.json or results.csv); see --reports-dir"
+        )
+    problem = _out_dir_problem(args.out) if args.out is not None else None
+    if problem:
+        return _fail(f"export --out {args.out}: {problem}; give a folder (it is created when missing)")
+    try:
+        paths = export_run(run_dir, args.out)
+    except (OSError, ValueError) as exc:  # a read-only or full file system, a value JSON cannot hold
+        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return _fail(f"export of {run_dir.name} not written: {what}")
+    for path in paths:
         _out(f"wrote {path}")
     return 0
+
+
+def _out_dir_problem(out: Path) -> str | None:
+    """Why ``out`` cannot be the export folder (a file, below a file, not writable), or ``None``."""
+    for p in (out, *out.parents):
+        if not p.exists() and not p.is_symlink():
+            continue
+        if not p.is_dir():
+            return "is a file" if p == out else f"lies below {p}, which is not a folder"
+        if not os.access(p, os.W_OK | os.X_OK):
+            return f"{p} is not writable by this user"
+        return None
+    return None
 
 
 def record_release(reports: Path, tag: str) -> str:

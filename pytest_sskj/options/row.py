@@ -69,6 +69,9 @@ class Option:
     lo_open: bool = False
     allow_inf: bool = False
     bound_why: str = ""
+    verbatim: bool = False
+    """The value reaches the server's command line verbatim, never through a shell: shell syntax in it
+    (``$(...)``, backticks, ``;``, ``|``, ``&``, redirections) is a usage error, not a command that never runs."""
 
     @property
     def choices(self) -> tuple[str, ...]:

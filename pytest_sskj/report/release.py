@@ -542,15 +542,17 @@ def list_releases(reports_dir: Path | None = None) -> list[dict[str, Any]]:
             d = read_json_file(path, what="release mark")
             if not isinstance(d, dict):
                 raise FileRefused(_NOT_AN_OBJECT.format(path=path))
-            out.append(
-                {
-                    "tag": d.get("tag", path.stem),
-                    "run_id": "+".join(d["run_id"]) if isinstance(d.get("run_id"), list) else d.get("run_id"),
-                    "marked_at": d.get("marked_at"),
-                    "counts": d.get("counts", {}),
-                    "suites": sorted(d.get("suites", {})),
-                }
-            )
+            runs, counts, suites = d.get("run_id"), d.get("counts", {}), d.get("suites", {})
+            entry = {
+                "tag": d["tag"] if isinstance(d.get("tag"), str) and d["tag"] else path.stem,
+                "run_id": "+".join(map(str, runs)) if isinstance(runs, list) else runs,
+                "marked_at": d.get("marked_at"),
+                "counts": counts if isinstance(counts, dict) else {},
+                "suites": sorted(map(str, suites)) if isinstance(suites, (dict, list)) else [],
+            }
+            if not isinstance(counts, dict) or not isinstance(suites, (dict, list)):
+                entry["error"] = "damaged: its counts or suites are not of the type a mark records"
+            out.append(entry)
         except (OSError, ValueError) as exc:
             out.append({"tag": path.stem, "error": f"unreadable: {exc}"})
     return sorted(out, key=lambda d: str(d.get("marked_at") or ""))

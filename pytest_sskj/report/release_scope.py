@@ -215,36 +215,58 @@ def command_as_typed(manifest: Mapping[str, Any]) -> str | None:
 
 
 # -- a stored mark, for a person -------------------------------------------------------------------------------------
+_MAPS = ("runs_by_suite", "commands", "coverage", "not_required", "counts", "figures", "build")
+_LISTS = ("required_suites", "accepted_skips")
+
+
+def _map(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    v = data.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return list(v) if isinstance(v, list) else []
+
+
 def _suite_line(data: Mapping[str, Any], suite: str) -> str:
-    runs = (data.get("runs_by_suite") or {}).get(suite) or []
-    commands = data.get("commands") or {}
+    runs = _list(_map(data, "runs_by_suite").get(suite))
+    commands = _map(data, "commands")
     shown = ", ".join(f"{rid} ({commands[rid]})" if commands.get(rid) else str(rid) for rid in runs) or "(none)"
-    coverage = (data.get("coverage") or {}).get(suite, "full")
+    coverage = _map(data, "coverage").get(suite, "full")
     how = "its whole collection" if coverage == "full" else "as typed"
-    skipped = (data.get("not_required") or {}).get(suite)
+    skipped = _map(data, "not_required").get(suite)
     tail = f"; {skipped} test(s) its defaults deselect not required" if skipped else ""
     return f"  {suite}: {how}, run(s) {shown}{tail}"
 
 
+def _damaged(data: Mapping[str, Any]) -> list[str]:
+    """The mark's fields that are there but not of the type a mark records (a hand-edited or damaged file)."""
+    bad = [k for k in _MAPS if data.get(k) is not None and not isinstance(data.get(k), Mapping)]
+    return bad + [k for k in _LISTS if data.get(k) is not None and not isinstance(data.get(k), list)]
+
+
 def describe_release(data: Mapping[str, Any]) -> str:
     """A stored mark as a person reads it: tag, scope, build, each suite's runs with their commands, counts,
-    accepted skips and the A/B verdicts (``release show TAG``; ``--json`` gives the whole mark)."""
+    accepted skips and the A/B verdicts (``release show TAG``; ``--json`` gives the whole mark).  A field of the
+    wrong type (a damaged mark) is shown as missing and named on a last line, never a traceback."""
     build = data.get("build")
     lines = [
         f"release {data.get('tag')}: {data.get('verdict')}, scope {data.get('scope')}"
         + (f" ({data['scope_description']})" if data.get("scope_description") else ""),
         f"  marked {data.get('marked_at')}, build {_label(build) if isinstance(build, Mapping) else 'not recorded'}",
     ]
-    suites = list(data.get("required_suites") or [])
-    lines += [_suite_line(data, s) for s in suites]
-    counts = ", ".join(f"{k} {v}" for k, v in sorted((data.get("counts") or {}).items()))
-    accepted = len(data.get("accepted_skips") or [])
+    lines += [_suite_line(data, str(s)) for s in _list(data.get("required_suites"))]
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(_map(data, "counts").items(), key=lambda kv: str(kv[0])))
+    accepted = len(_list(data.get("accepted_skips")))
     lines.append(f"  tests: {counts or 'none'}" + (f" ({accepted} skip(s) accepted by the scope)" if accepted else ""))
-    for v in (data.get("figures") or {}).get("comparisons") or []:
+    for v in _list(_map(data, "figures").get("comparisons")):
         if not isinstance(v, Mapping) or not v.get("candidate"):
             continue
         lines.append(
             f"  {v.get('candidate')} vs {v.get('baseline')} at chunk {v.get('chunk')} C={v.get('concurrency')}: "
             f"{v.get('outcome')}"
         )
+    bad = _damaged(data)
+    if bad:
+        lines.append(f"  damaged: field(s) {', '.join(bad)} of the mark are not of the type a mark records")
     return "\n".join(lines)

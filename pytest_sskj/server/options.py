@@ -53,6 +53,7 @@ LAUNCH: tuple[Option, ...] = (
         "str",
         "Image of --launcher container (overrides the platform layer's [container] image)",
         metavar="IMAGE",
+        verbatim=True,
     ),
     Option(
         "placement",
@@ -84,6 +85,7 @@ LAUNCH: tuple[Option, ...] = (
         ("--model-path",),
         "str",
         "Model path on the nodes (sglang/vllm); embedded generates its own",
+        verbatim=True,
     ),
     Option("model_name", ("--sskj-model",), "str", "Model name for reports (e.g. Kimi-K3); profile key 'model'"),
     Option(
@@ -151,6 +153,7 @@ SERVER: tuple[Option, ...] = (
         "append",
         "Extra server argument, repeatable (e.g. --sskj-server-arg=--mem-fraction-static=0.85)",
         metavar="ARG",
+        verbatim=True,
     ),
     Option(
         "env",

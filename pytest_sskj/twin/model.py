@@ -265,12 +265,37 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _positive(where: str, key: str, v: Any, kind: type) -> Any:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)) or v <= 0:
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (kind is int and not isinstance(v, int))
+        or not math.isfinite(v)
+        or v <= 0
+    ):
         raise ModelError(f"{where}: {key} must be a positive {kind.__name__}, got {v!r}")
     return v
 
 
-def _cell(raw: Mapping[str, Any], base: Mapping[str, Any], where: str) -> Cell:
+def _table(raw: Mapping[str, Any], key: str, known: tuple[str, ...], where: str) -> dict[str, Any]:
+    """The top-level table ``key`` (empty when absent); refused when it is no table or has unknown keys."""
+    value = raw.get(key, {})
+    if not isinstance(value, Mapping):
+        raise ModelError(f"{where}: [{key}] must be a table, got {type(value).__name__}")
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ModelError(f"{where}: [{key}] has unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return dict(value)
+
+
+def _texts(vals: Mapping[str, Any], where: str) -> None:
+    for k in ("role", "backend", "source", "note"):
+        if k in vals and vals[k] is not None and not isinstance(vals[k], str):
+            raise ModelError(f"{where}: {k} must be a string, got {vals[k]!r}")
+
+
+def _cell(raw: Any, base: Mapping[str, Any], where: str) -> Cell:
+    if not isinstance(raw, Mapping):
+        raise ModelError(f"{where}: expected a [[cells]] table, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(CELL_KEYS))
     if unknown:
         raise ModelError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(CELL_KEYS)}")
@@ -281,6 +306,7 @@ def _cell(raw: Mapping[str, Any], base: Mapping[str, Any], where: str) -> Cell:
     for k in ("input_tps", "ttft_p50_s", "ttft_p95_s", "tpot_p50_ms", "tpot_p95_ms", "repeat_noise_pct"):
         if k in vals:
             _positive(where, k, vals[k], float)
+    _texts(vals, where)
     if vals.get("role", "serve") not in ("serve", "prefill", "decode"):
         raise ModelError(f"{where}: role must be serve, prefill or decode, got {vals.get('role')!r}")
     if "input_tps" not in vals and "ttft_p50_s" not in vals and "tpot_p50_ms" not in vals:
@@ -318,10 +344,16 @@ def load_model(path: Path) -> TwinModel:
     if unknown:
         raise ModelError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_TOP_KEYS)}")
     scale = _positive(where, "time_scale", raw.get("time_scale", 1.0), float)
-    workload = raw.get("workload", {})
-    defaults = dict(raw.get("defaults", {}))
-    tpot = float(defaults.pop("tpot_ms", 60.0))
-    base = {k: v for k, v in {**defaults, **workload}.items() if k in CELL_KEYS}
+    workload = _table(raw, "workload", ("isl", "osl", "requests", "concurrency"), where)
+    defaults = _table(raw, "defaults", ("tpot_ms", *CELL_KEYS), where)
+    tpot = float(_positive(f"{where}, [defaults]", "tpot_ms", defaults.pop("tpot_ms", 60.0), float))
+    base = {**defaults, **workload}
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ModelError(f"{where}: seed must be an integer >= 0, got {seed!r}")
+    for k in ("name", "description", "source"):
+        if k in raw and not isinstance(raw[k], str):
+            raise ModelError(f"{where}: {k} must be a string, got {raw[k]!r}")
     cells_raw = raw.get("cells")
     if not isinstance(cells_raw, list) or not cells_raw:
         raise ModelError(f"{where}: needs [[cells]] tables (one per backend x chunk x concurrency x layout)")
@@ -334,7 +366,7 @@ def load_model(path: Path) -> TwinModel:
         name=str(raw.get("name", path.stem)),
         path=path,
         time_scale=float(scale),
-        seed=int(raw.get("seed", 0)),
+        seed=seed,
         cells=cells,
         default_tpot_ms=tpot,
         description=str(raw.get("description", "")),

@@ -9,6 +9,7 @@ import pytest
 from pytest_sskj.acceptance import matrix
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import SETTINGS_KEY
+from pytest_sskj.validate import plan_size
 
 
 def _settings(pytester: pytest.Pytester, *args: str) -> Settings:
@@ -39,6 +40,10 @@ def test_users_matrix_has_36_points_with_readable_ids(pytester: pytest.Pytester)
         "8,16",
     )
     points = matrix.build_points(s)
+    assert plan_size(s) == (len(points), "3 chunks x 2 concurrencies x 2 backends x 3 repeats"), (
+        f"the plan's counted size (checked against the limit before enumeration) is the enumerated one: "
+        f"{plan_size(s)} vs {len(points)} points"
+    )
     ids = [p.id for p in points]
     assert len(points) == 36, f"expected 2 backends x 3 chunks x 2 C x 3 repeats = 36, got {len(points)}"
     assert len(set(ids)) == 36

@@ -135,3 +135,41 @@ def test_profiles_command_lists_and_shows_one_resolved(capsys: pytest.CaptureFix
     assert "slo = none" in shown, "the prefill A/B has no serving SLO"
     assert main(["profiles", "show", "no/such"]) == 2
     assert "known:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("", "*profile*bad.toml' is empty: it sets nothing*"),
+        ('[env]\nA = ["x", "y"]\n', "*env.A is a list; an environment value is a string or a number*"),
+        ("[env]\nA = { b = 1 }\n", "*env.A is a dict; an environment value is a string or a number*"),
+        ('server_args = "--trust-remote-code"\n', "*'server_args' must be an array of strings*"),
+        ("server_args = [1, 2]\n", "*'server_args' must be an array of strings*"),
+        ("concurrency = [[8], [16]]\n", "*'concurrencies' must be a value or an array of values*"),
+        ("concurrency = -8\n", "*-8*"),
+        ("requests = 99999999999\n", "*99999999999 is above*"),
+        ('model_path = "/models/k3; reboot"\n', "*holds the shell syntax ';'*"),
+    ],
+    ids=[
+        "empty",
+        "env-list",
+        "env-table",
+        "server-args-string",
+        "server-args-numbers",
+        "nested",
+        "negative",
+        "huge",
+        "shell-in-model-path",
+    ],
+)
+def test_a_profile_value_of_the_wrong_shape_is_a_usage_error_naming_it(
+    pytester: pytest.Pytester, text: str, shown: str
+) -> None:
+    """Issue 40: these were accepted (a string of server args became one argument per character, a list as an
+    environment value became "A=['x', 'y']")."""
+    (pytester.path / "bad.toml").write_text(text)
+    pytester.makepyfile("def test_never_runs(): raise AssertionError('ran after a usage error')")
+    res = pytester.runpytest("--profile", str(pytester.path / "bad.toml"), "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, f"expected exit 4 for {text!r}, got {res.ret}"
+    res.stderr.fnmatch_lines([shown])
+    assert not (pytester.path / "reports").exists(), "nothing is written after a usage error"

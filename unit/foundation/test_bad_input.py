@@ -4,6 +4,7 @@ written (no reports directory)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,33 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (["--engine", "vllm", "--dp", "2", "--tp", "2", "--ep", "2"], {}, "*TP x DP = 4; --ep 2*"),
     (["--osl", "4K", "--isl", "1K"], {}, "*do not fit the embedded engine's 4096-token context*"),
     ([], {"SSKJ_NODES": "601,,602"}, "*environment variable SSKJ_NODES: '601,,602' has an empty item*"),
+    # issue 40: a single-valued option typed twice with different values (argparse kept the last silently)
+    (["--isl", "1K", "--isl=2K"], {}, "*--isl is given twice with different values: --isl '1K' and --isl '2K'*"),
+    (["--concurrency", "8", "--concurrency", "16"], {}, "*--concurrency is given twice with different values*"),
+    # issue 40: values passed verbatim to the server refuse shell syntax (no shell will ever expand it)
+    (["--model-path", "/models/$(id)"], {}, "*--model-path on the command line*holds the shell syntax '$('*"),
+    (["--sskj-server-arg=--tp 8; rm -rf /"], {}, "*--sskj-server-arg*holds the shell syntax ';'*"),
+    (["--sskj-container-image", "img`id`"], {}, "*--sskj-container-image*holds the shell syntax '`'*"),
+    ([], {"SSKJ_MODEL_PATH": "/m | tee x"}, "*SSKJ_MODEL_PATH*holds the shell syntax '|'*"),
+    # issue 40: a plan that large is refused at once, naming its size and the limit (it hung past 2 minutes)
+    (
+        ["--isl", ",".join(map(str, range(1, 201))), "--osl", ",".join(map(str, range(1, 201)))],
+        {},
+        "*the run plans *,000 serving points (40000 shapes x *), more than 10,000\n"
+        "*accepted: at most 10,000 points per run*\n*Hint: *--sskj-grid-limit N*",
+    ),
+    (
+        [
+            "--concurrency",
+            ",".join(map(str, range(1, 201))),
+            "--chunk",
+            ",".join(map(str, range(32, 3232, 32))),
+            "--repeats",
+            "1000",
+        ],
+        {},
+        "*the run plans * serving points (100 chunks x 200 concurrencies x * x 1000 repeats), more than 10,000*",
+    ),
 ]
 
 
@@ -192,3 +220,35 @@ def test_an_ssh_launch_without_an_ssh_client_is_a_usage_error_and_a_dry_run_stil
     res.stderr.fnmatch_lines(["*no 'ssh' is on PATH here*", "*Hint: apt-get install -y openssh-client*"])
     dry = pytester.runpytest_inprocess(str(ACCEPTANCE / "test_serving.py"), *args, "--sskj-dry-run")
     assert dry.ret == 0, dry.stdout.str()[-1500:]
+
+
+def test_an_option_typed_twice_alike_or_over_addopts_is_accepted(pytester: pytest.Pytester) -> None:
+    """Only the command line as typed is judged: ini ``addopts`` are defaults the command line overrides."""
+    pytester.makeini("[pytest]\naddopts = --concurrency 4\n")
+    pytester.makepyfile("def test_c(sskj_settings): assert sskj_settings.concurrencies == (8,)")
+    res = pytester.runpytest("--concurrency", "8", "--concurrency=8", "-p", "no:cacheprovider", "--sskj-db", "none")
+    assert res.ret == pytest.ExitCode.OK, res.stderr.str()[-1500:]
+    res.assert_outcomes(passed=1)
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client (ssh) to judge a file")
+@pytest.mark.parametrize(
+    ("content", "shown"),
+    [
+        (b"this is not ssh configuration\n", "*ssh cannot use it:*"),
+        (b"Include {self}\n", "*ssh cannot use it:*"),
+        (b"Host gpu1\n  HostName \xff\xfe\n  Bogus\xff yes\n", "*ssh cannot use it:*"),
+    ],
+    ids=["garbage", "include-loop", "non-utf8"],
+)
+def test_an_ssh_config_that_ssh_cannot_read_is_a_usage_error_in_sshs_words(
+    pytester: pytest.Pytester, content: bytes, shown: str
+) -> None:
+    """Issue 40: these were accepted at parse time (and the non-UTF-8 one raised a traceback)."""
+    cfg = pytester.path / "cfg"
+    cfg.write_bytes(content.replace(b"{self}", str(cfg).encode()))
+    pytester.makepyfile("def test_never_runs(): raise AssertionError('ran after a usage error')")
+    res = pytester.runpytest("--launcher", "ssh", "--nodes", "gpu1", "--sskj-ssh-config", str(cfg), "--sskj-dry-run")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, f"expected exit 4, got {res.ret}: {res.stderr.str()[-1500:]}"
+    res.stderr.fnmatch_lines([shown, "*accepted: an ssh_config file ssh reads*", "*Hint: check it with `ssh -F*"])
+    assert "Traceback" not in res.stderr.str() + res.stdout.str()

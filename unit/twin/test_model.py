@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twin_seeds import SEED000
 
 from pytest_sskj.twin.model import ModelError, calibrate, load_model, lognormal_quantiles, simulate
@@ -122,3 +124,68 @@ def test_a_rank_logs_its_own_lines_on_stdout_and_its_faults_once_due(capsys: pyt
     faults.on_request()
     out = capsys.readouterr().out
     assert out.count("Traceback (most recent call last):") == 1 and "CUDA out of memory." in out, out
+
+
+_GOOD_CELL = '[[cells]]\nbackend = "marlin"\nchunk = 4096\nconcurrency = 8\ninput_tps = 1000.0\nttft_p50_s = 1.0\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("name = 'x'\n", "needs [[cells]] tables"),
+        ("cells = [1, 2]\n", "cell 1: expected a [[cells]] table, got int"),
+        (_GOOD_CELL.replace("1000.0", "-5.0"), "input_tps must be a positive float, got -5.0"),
+        (_GOOD_CELL.replace("1000.0", "nan"), "input_tps must be a positive float, got nan"),
+        (_GOOD_CELL.replace('"marlin"', "7"), "backend must be a string, got 7"),
+        (_GOOD_CELL.replace("4096", '"4K"'), "chunk must be a positive int, got '4K'"),
+        ("workload = 3\n" + _GOOD_CELL, "[workload] must be a table, got int"),
+        ("[workload]\nisl = 16384\nbogus = 1\n" + _GOOD_CELL, r"[workload] has unknown key(s) bogus"),
+        ("[defaults]\ntpot_ms = 'fast'\n" + _GOOD_CELL, "tpot_ms must be a positive float, got 'fast'"),
+        ("[defaults]\ncolour = 1\n" + _GOOD_CELL, "[defaults] has unknown key(s) colour"),
+        ("seed = 'x'\n" + _GOOD_CELL, "seed must be an integer >= 0, got 'x'"),
+        ("time_scale = 0\n" + _GOOD_CELL, "time_scale must be a positive float, got 0"),
+        ("cells = [\n", "cannot be read"),
+    ],
+    ids=["no-cells", "cells-not-tables", "negative-rate", "nan-rate", "backend-number", "chunk-string",
+         "workload-scalar", "workload-unknown", "tpot-string", "defaults-unknown", "seed-string", "zero-scale",
+         "not-toml"],
+)  # fmt: skip
+def test_a_malformed_model_file_is_refused_naming_what_is_wrong(tmp_path: Path, text: str, shown: str) -> None:
+    """Issue 40: these were accepted or raised a traceback (a scalar [workload], a string tpot_ms, a cell that is
+    no table)."""
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert shown in str(info.value) and str(path) in str(info.value), str(info.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    doc=st.dictionaries(
+        st.sampled_from(["name", "time_scale", "seed", "workload", "defaults", "cells", "faults", "other"]),
+        st.recursive(
+            st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True) | st.text(max_size=6),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(["backend", "chunk", "input_tps", "isl", "tpot_ms", "x"]), inner, max_size=4
+                )
+            ),
+            max_leaves=10,
+        ),
+        max_size=6,
+    )
+)
+def test_any_json_document_as_a_model_loads_or_is_refused_with_model_error(doc: dict[str, object]) -> None:
+    """No document makes the loader raise anything but :class:`ModelError` (no traceback for a user's file)."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "m.json"
+        path.write_text(json.dumps(doc))
+        try:
+            load_model(path)
+        except ModelError:
+            pass
