@@ -260,8 +260,11 @@ def _report(args: argparse.Namespace) -> int:
         except NameRefused as exc:
             _err(str(exc))
             return 2
-        if not run_dir.is_dir():
-            _err(f"run directory {run_dir} does not exist (see --reports-dir)")
+        from pytest_sskj.rundir import not_a_run
+
+        problem = not_a_run(run_dir)
+        if problem:
+            _err(f"{problem} (see --reports-dir)")
             return 2
         facts = regenerate(run_dir, plots=True)
         _out(

@@ -39,7 +39,7 @@ def dimensions(
     served_topology = _deployment_target(values, sources, opts)
     _container_check(values, profile, sources, opts)
     settle_matrix(values, dict(sources) if not isinstance(sources, dict) else sources,
-                  get_engine(values["engine"]).backends, profile)  # fmt: skip
+                  get_engine(values["engine"]), profile)  # fmt: skip
     tables = profile.layouts if profile else ()
     origin = str(profile.path) if profile else "profile"
     src = sources.get("layouts", "default")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,7 +14,10 @@ from pytest_sskj.server.spec import ServerSpec
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import NOT_APPLICABLE_KEY
 
-__all__ = ["parallel_text", "plan_lines", "planned_specs"]
+if TYPE_CHECKING:
+    from pytest_sskj.options import Option
+
+__all__ = ["overridden_env", "parallel_text", "plan_lines", "planned_specs", "shape_text"]
 
 
 def planned_specs(settings: Settings) -> list[ServerSpec]:
@@ -48,6 +52,27 @@ def _dimension_lines(s: Settings) -> list[str]:
     return out
 
 
+def overridden_env(s: Settings, environ: Mapping[str, str], options: Sequence[Option]) -> str | None:
+    """A note naming the ``SSKJ_*`` variables set in the environment that the command line overrides (CLI > env:
+    the documented order, said aloud so that a stale export is seen); ``None`` when there are none."""
+    names = [o.env for o in options if s.sources.get(o.dest) == "cli" and environ.get(o.env, "").strip()]
+    if not names:
+        return None
+    return f"the command line overrides {', '.join(names)} from the environment (CLI > SSKJ_* > ini > profile)"
+
+
+def shape_text(s: Settings) -> str:
+    """``ISL 16384 / OSL 1``, and why when the run got the neutral shape (no shape given, and the engine's
+    defaults carry another job's: :func:`pytest_sskj.profile.settle_matrix`)."""
+    text = f"ISL {s.isl} / OSL {s.osl}"
+    if "neutral" in (s.sources.get("isl"), s.sources.get("osl")):
+        from pytest_sskj.engines import get_engine
+        from pytest_sskj.profile import neutral_shape_note
+
+        text += f" ({neutral_shape_note(get_engine(s.engine))})"
+    return text
+
+
 def parallel_text(s: Settings) -> str:
     """The run's parallel layout as the header and the plan show it: each deployment group's own sizes (a PD run's
     prefill and decode differ), the layouts of a layout matrix, or the run's one TP/EP/DP/PP."""
@@ -77,7 +102,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         f"run id: {s.run_id}    reports: {s.run_dir_display}",
         f"engine: {s.engine}    launcher: {s.launcher}    placement: {s.placement}    "
         f"nodes: {','.join(s.nodes) or 'local'}",
-        f"parallel: {parallel_text(s)}    shape: ISL {s.isl} / OSL {s.osl}    "
+        f"parallel: {parallel_text(s)}    shape: {shape_text(s)}    "
         f"requests {s.requests} x repeats {s.repeats}, warmup {s.warmup}",
         f"{_backends(s)}    chunks: {','.join(map(str, s.chunks)) or 'engine default'}    "
         f"concurrency: {','.join(map(str, s.concurrencies)) or 'found by the search'}",

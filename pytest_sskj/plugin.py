@@ -39,11 +39,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    from pytest_sskj.options import check_raw_args, check_repeated
-    from pytest_sskj.subsystems import OPTIONS
+    from pytest_sskj.options import check_raw_args
 
     check_raw_args(args)
-    check_repeated(list(early_config.invocation_params.args), OPTIONS)  # as typed: addopts may be overridden
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -98,7 +96,7 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    from pytest_sskj.plan import parallel_text
+    from pytest_sskj.plan import parallel_text, shape_text
     from pytest_sskj.recording import records
 
     settings = config.stash.get(SETTINGS_KEY, None)
@@ -114,12 +112,20 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"sskj: run {s.run_id} -> {s.run_dir_display}" + (" (dry run)" if s.dry_run else ""),
         f"sskj: engine {s.engine}, {target}, {parallel_text(s)}" + (f", profile {s.profile}" if s.profile else ""),
         f"sskj: backends {','.join(s.backends)} | chunks {','.join(map(str, s.chunks))} | "
-        f"C {','.join(map(str, s.concurrencies))} | ISL {s.isl} OSL {s.osl} | {s.requests} req x {s.repeats}",
+        f"C {','.join(map(str, s.concurrencies))} | {shape_text(s)} | {s.requests} req x {s.repeats}",
     ]
     from pytest_sskj.server.cpus import launch_partition
 
     local = s.launcher == "local" and not s.target_url
     lines.append("sskj: " + launch_partition(s.cpu_partition, local=local, run_cpus=s.run_cpus).describe())
+    import os
+
+    from pytest_sskj.plan import overridden_env
+    from pytest_sskj.subsystems import OPTIONS
+
+    note = overridden_env(s, os.environ, OPTIONS)
+    if note:
+        lines.append(f"sskj: note: {note}")
     gpu_line = config.stash[EXTRA_KEY].get("gpu_header")
     if gpu_line:
         lines.append(f"sskj: {gpu_line}")

@@ -40,6 +40,7 @@ from pytest_sskj.errors import ValueProblem
 from pytest_sskj.files import file_kind, read_text_file
 
 if TYPE_CHECKING:
+    from pytest_sskj.engines.base import Engine
     from pytest_sskj.options import Option
     from pytest_sskj.registry import Registry
 
@@ -51,12 +52,14 @@ else:  # pragma: no cover - Python 3.10
 __all__ = [
     "MATRIX_KEYS",
     "MODEL_KEYS",
+    "NEUTRAL_SHAPE",
     "PLATFORM_KEYS",
     "SLO_TIERS",
     "Profile",
     "find_profile",
     "list_profiles",
     "load_profile",
+    "neutral_shape_note",
     "profile_keys",
     "profile_roots",
     "settle_matrix",
@@ -379,20 +382,33 @@ def own_job(profile: Profile | None) -> bool:
     return bool(any(k in profile.values for k in MATRIX_KEYS) or profile.layouts or profile.deployment is not None)
 
 
-def settle_matrix(
-    values: dict[str, Any], sources: dict[str, str], engine_backends: Sequence[str], profile: Profile | None
-) -> None:
+NEUTRAL_SHAPE: tuple[int, int] = (1024, 128)
+"""ISL and OSL of a run that is not an engine's reference job and names no shape: `vllm bench serve`'s random
+dataset defaults (--random-input-len 1024, --random-output-len 128), stated by the dry run and the header."""
+
+
+def neutral_shape_note(engine: Engine) -> str:
+    """Why a run got :data:`NEUTRAL_SHAPE` (the dry run and the header show it beside the shape)."""
+    return (
+        f"neutral default: no --isl/--osl given, and {engine.name}'s defaults carry {engine.reference_job}, "
+        "which is not this run's job"
+    )
+
+
+def settle_matrix(values: dict[str, Any], sources: dict[str, str], engine: Engine, profile: Profile | None) -> None:
     """Replace the engine's reference-job values of :data:`MATRIX_KEYS` where they do not belong.
 
     They apply to a run without a profile (the users' short command) and to a profile that sets none of
     them and declares no layouts or deployment.  A profile with its own job (a DSV4 layout matrix, a PD
     deployment) and a ``--target-url`` run get neutral values instead: the engine's own backend (``auto``),
     its own chunk size (no chunk flag), and no fixed concurrency when a concurrency search finds them (else
-    C=1).  A value the user gave (command line, env, ini, profile) is never touched.
+    C=1), and, where the engine's defaults carry a reference job's shape (:attr:`Engine.reference_job`), the
+    neutral shape :data:`NEUTRAL_SHAPE` (source ``neutral``).  A value the user gave (command line, env, ini,
+    profile) is never touched.
     """
     if not (own_job(profile) or values.get("target_url")):
         return
-    backend = "auto" if "auto" in engine_backends else engine_backends[0]
+    backend = "auto" if "auto" in engine.backends else engine.backends[0]
     neutral: dict[str, Any] = {
         "backends": (backend,),
         "chunks": (),
@@ -402,6 +418,11 @@ def settle_matrix(
         if sources.get(key) == "engine":
             values[key] = value
             sources[key] = "default"
+    if engine.reference_job:
+        for key, size in zip(("isl", "osl"), NEUTRAL_SHAPE, strict=True):
+            if sources.get(key) == "engine":
+                values[key] = size
+                sources[key] = "neutral"
 
 
 def register(registry: Registry) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "jsonable",
+    "not_a_run",
     "write_failure",
 ]
 
@@ -281,3 +282,17 @@ def acquire_run_lock(run_dir: Path) -> RunLock:
         where = "" if owner.get("host") == _host() else " (another host: remove the lock if that run is gone)"
         raise RunIdInUse(f"run {run_dir.name} is being written by a live run ({_describe(owner)}){where}")
     raise RunIdInUse(f"could not take the lock {path}: it changed hands repeatedly")
+
+
+def not_a_run(run_dir: Path) -> str | None:
+    """Why ``run_dir`` is not a run's folder (missing, not a folder, or holding neither a manifest nor results),
+    or ``None``: what ``export``, ``db import`` and ``report summary`` refuse before reading or writing."""
+    if not run_dir.is_dir():
+        return f"{run_dir} is not a run directory: {'it is not a folder' if run_dir.exists() else 'it does not exist'}"
+    lay = RunLayout(run_dir)
+    if not any(p.is_file() for p in (lay.manifest, lay.results_journal, lay.results_json, lay.results_csv)):
+        return (
+            f"{run_dir} is not a run directory: it holds no manifest.json and no results "
+            "(results.jsonl, results.json or results.csv)"
+        )
+    return None

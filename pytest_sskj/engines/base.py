@@ -238,6 +238,11 @@ class Engine(ABC):
     """Whether healthy-start markers not seen at health time are noted on the server."""
     config_facts: ClassVar[tuple[str, ...]] = ()
     """Keys of the effective config recorded in the manifest's engine facts."""
+    reference_job: ClassVar[str | None] = None
+    """The job whose shape :attr:`defaults` carry (SGLang, vLLM: the users' Kimi-K3 prefill A/B, 16K in / 1 out),
+    so that the users' short command is that job; a run that is not it (``--target-url``, a profile with its own
+    job) gets the neutral shape (:data:`pytest_sskj.profile.NEUTRAL_SHAPE`) instead.  ``None``: the defaults are
+    the engine's own (the embedded CPU engine's tiny model)."""
 
     _REQUIRED: ClassVar[tuple[str, ...]] = (
         "name",

@@ -381,6 +381,7 @@ class SGLangEngine(Engine):
     description = "python -m sglang.launch_server, one rank per node"
     backends = BACKENDS
     backend_switch = BackendSwitch("flag", flag="--moe-runner-backend")
+    reference_job = "the users' Kimi-K3 prefill A/B (seed 000): ISL 16K, OSL 1, marlin vs flashinfer_mxfp4"
     defaults = _DEFAULTS
     endpoints = ("generate", "completions", "chat")
     health_path = "/health_generate"

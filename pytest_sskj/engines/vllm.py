@@ -304,6 +304,7 @@ class VllmEngine(Engine):
     description = "vLLM OpenAI API server (single node, replicas, or multi-node data parallel)"
     backends = MOE_BACKENDS
     backend_switch = BackendSwitch("flag", flag="--moe-backend")
+    reference_job = "the users' Kimi-K3 prefill shape (seed 000): ISL 16K, OSL 1"
     defaults = _DEFAULTS
     endpoints = ("completions", "chat")
     health_path = "/health"

@@ -133,11 +133,12 @@ def _out(text: str) -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from pytest_sskj.history.importer import import_run
+    from pytest_sskj.rundir import not_a_run
 
+    bad = [p for d in args.run_dirs if (p := not_a_run(d))]
+    if bad:  # before the database is opened (or created): nothing is written for a wrong folder
+        return _fail("; ".join(bad))
     db = _open(args)
-    bad = [d for d in args.run_dirs if not d.is_dir()]
-    if bad:
-        return _fail(f"not a run directory: {', '.join(map(str, bad))}")
     for d in args.run_dirs:
         got = import_run(db, d)
         tags = f", tags {', '.join(got.tags)}" if got.tags else ""
@@ -226,20 +227,15 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from pytest_sskj.history.export import export_run
-    from pytest_sskj.rundir import RunLayout
+    from pytest_sskj.rundir import not_a_run
 
     try:
         run_dir = inside(_reports(args), args.run, what="run id")
     except NameRefused as exc:
         return _fail(str(exc))
-    if not run_dir.is_dir():
-        return _fail(f"run directory {run_dir} does not exist (see --reports-dir)")
-    lay = RunLayout(run_dir)
-    if not any(p.is_file() for p in (lay.manifest, lay.results_journal, lay.results_json, lay.results_csv)):
-        return _fail(
-            f"{run_dir} is not a run directory: it holds no manifest.json and no results "
-            "(results.jsonl, results.json or results.csv); see --reports-dir"
-        )
+    problem = not_a_run(run_dir)
+    if problem:
+        return _fail(f"{problem} (see --reports-dir)")
     problem = _out_dir_problem(args.out) if args.out is not None else None
     if problem:
         return _fail(f"export --out {args.out}: {problem}; give a folder (it is created when missing)")

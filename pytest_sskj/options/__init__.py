@@ -13,7 +13,7 @@ module and a :class:`~pytest_sskj.settings.Settings` field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -26,7 +26,6 @@ __all__ = [
     "Kind",
     "Option",
     "check_raw_args",
-    "check_repeated",
     "register_options",
 ]
 
@@ -84,33 +83,3 @@ def check_raw_args(args: list[str]) -> None:
                 "SSKJ_NODES / the ini key sskj_nodes\n"
                 f"  Hint: --nodes inventory:{value[1:]}"
             )
-
-
-def _flag_values(args: Sequence[str], takes: Mapping[str, Option]) -> list[tuple[str, str]]:
-    """``(flag, value)`` for every value-taking flag of ``takes`` on the command line (``--f v`` and ``--f=v``)."""
-    out: list[tuple[str, str]] = []
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        flag, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if flag in takes and (eq or i + 1 < len(args)):
-            out.append((flag, value if eq else args[i + 1]))
-    return out
-
-
-def check_repeated(args: Sequence[str], options: Sequence[Option]) -> None:
-    """Refuse a single-valued option given twice with different values (``--isl 1K --isl 2K``): argparse keeps the
-    last one silently, and a job typed with two values means one of them by mistake."""
-    takes = {f: o for o in options if o.kind != "bool" and o.kind not in _REPEATABLE for f in o.flags}
-    seen: dict[str, tuple[str, str]] = {}
-    for flag, value in _flag_values(args, takes):
-        dest = takes[flag].dest
-        if dest in seen and seen[dest][1] != value:
-            first, before = seen[dest]
-            raise pytest.UsageError(
-                f"{takes[flag].display} is given twice with different values: {first} {before!r} and "
-                f"{flag} {value!r}\n"
-                f"  accepted: {takes[flag].display} once (a list is one value: --concurrency 8,16)\n"
-                f"  Hint: keep the one you mean, e.g. {flag} {value}"
-            )
-        seen.setdefault(dest, (flag, value))

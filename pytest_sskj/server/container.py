@@ -113,7 +113,16 @@ def container_config(table: Mapping[str, Any] | None, image: str | None = None) 
 
 
 def container_name(tag: str, cmd: NodeCommand) -> str:
-    return _NAME_OK.sub("-", f"sskj-{tag}-{cmd.node}-r{cmd.rank}")[:120]
+    """The container's name: ``sskj-<tag>-<node>-r<rank>`` where the runtime accepts it as is; else (a '+' in a
+    deployment name or run id, or a name past 120 characters) the runtime's characters with a digest of the whole,
+    so that two deployments never share a container (``a+b`` and ``a-b`` would)."""
+    whole = f"sskj-{tag}-{cmd.node}-r{cmd.rank}"
+    plain = _NAME_OK.sub("-", whole)
+    if plain == whole and len(whole) <= 120:
+        return whole
+    import hashlib
+
+    return f"{plain[:111]}-{hashlib.sha256(whole.encode()).hexdigest()[:8]}"
 
 
 class ContainerProcess:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sskj.profile import list_profiles
+from pytest_sskj.engines import ENGINES
+from pytest_sskj.profile import NEUTRAL_SHAPE, list_profiles
 from pytest_sskj.report.release import load_config, mark
 from pytest_sskj.testing.ssh_config import numbered_ssh_config
 
@@ -158,6 +159,25 @@ def test_target_url_gets_no_kimi_values_unless_asked(pytester: pytest.Pytester) 
     ], "the running server's own backend and chunk, one stream"
     asked = _dry(pytester, "--engine", "sglang", "--target-url", "http://127.0.0.1:1", "--concurrency", "8,16")
     assert len(_tests(asked.stdout.str(), "test_serving")) == 6, "what the user asks for is kept"
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_no_engine_default_gives_a_target_url_run_another_jobs_shape(pytester: pytest.Pytester, engine: str) -> None:
+    """Issue 46, item 5: a --target-url run that names no shape gets the neutral shape where the engine's
+    defaults carry a reference job's (SGLang, vLLM: the Kimi-K3 prefill's 16K in / 1 out), stated in the plan; an
+    engine whose defaults are its own keeps them; a shape the user gives is kept."""
+    eng = ENGINES[engine]
+    out = _dry(pytester, "--engine", engine, "--target-url", "http://127.0.0.1:1").stdout.str()
+    if eng.reference_job:
+        isl, osl = NEUTRAL_SHAPE
+        assert f"shape: ISL {isl} / OSL {osl} (neutral default: no --isl/--osl given" in out, out[:1500]
+        assert eng.reference_job in out, "the plan says whose shape the engine's defaults carry"
+    else:
+        assert f"shape: ISL {eng.defaults.isl} / OSL {eng.defaults.osl}    " in out, out[:1500]
+    asked = _dry(pytester, "--engine", engine, "--target-url", "http://127.0.0.1:1", "--isl", "2K", "--osl", "8")
+    assert "shape: ISL 2048 / OSL 8    " in asked.stdout.str(), asked.stdout.str()[:1500]
+    short = _dry(pytester, "--engine", engine, "--nodes", "localhost").stdout.str()
+    assert f"shape: ISL {eng.defaults.isl} / OSL {eng.defaults.osl}    " in short, "the short command is the job"
 
 
 def test_the_short_command_keeps_the_engines_reference_job(pytester: pytest.Pytester) -> None:

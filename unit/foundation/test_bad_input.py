@@ -98,9 +98,6 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (["--engine", "vllm", "--dp", "2", "--tp", "2", "--ep", "2"], {}, "*TP x DP = 4; --ep 2*"),
     (["--osl", "4K", "--isl", "1K"], {}, "*do not fit the embedded engine's 4096-token context*"),
     ([], {"SSKJ_NODES": "601,,602"}, "*environment variable SSKJ_NODES: '601,,602' has an empty item*"),
-    # issue 40: a single-valued option typed twice with different values (argparse kept the last silently)
-    (["--isl", "1K", "--isl=2K"], {}, "*--isl is given twice with different values: --isl '1K' and --isl '2K'*"),
-    (["--concurrency", "8", "--concurrency", "16"], {}, "*--concurrency is given twice with different values*"),
     # issue 40: values passed verbatim to the server refuse shell syntax (no shell will ever expand it)
     (["--model-path", "/models/$(id)"], {}, "*--model-path on the command line*holds the shell syntax '$('*"),
     (["--sskj-server-arg=--tp 8; rm -rf /"], {}, "*--sskj-server-arg*holds the shell syntax ';'*"),
@@ -220,15 +217,6 @@ def test_an_ssh_launch_without_an_ssh_client_is_a_usage_error_and_a_dry_run_stil
     res.stderr.fnmatch_lines(["*no 'ssh' is on PATH here*", "*Hint: apt-get install -y openssh-client*"])
     dry = pytester.runpytest_inprocess(str(ACCEPTANCE / "test_serving.py"), *args, "--sskj-dry-run")
     assert dry.ret == 0, dry.stdout.str()[-1500:]
-
-
-def test_an_option_typed_twice_alike_or_over_addopts_is_accepted(pytester: pytest.Pytester) -> None:
-    """Only the command line as typed is judged: ini ``addopts`` are defaults the command line overrides."""
-    pytester.makeini("[pytest]\naddopts = --concurrency 4\n")
-    pytester.makepyfile("def test_c(sskj_settings): assert sskj_settings.concurrencies == (8,)")
-    res = pytester.runpytest("--concurrency", "8", "--concurrency=8", "-p", "no:cacheprovider", "--sskj-db", "none")
-    assert res.ret == pytest.ExitCode.OK, res.stderr.str()[-1500:]
-    res.assert_outcomes(passed=1)
 
 
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client (ssh) to judge a file")

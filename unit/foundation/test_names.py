@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -183,3 +184,36 @@ def test_a_run_id_whose_folder_links_out_of_the_reports_dir_is_refused(pytester:
     assert result.ret == pytest.ExitCode.USAGE_ERROR, "expected a run dir that links outside refused"
     result.stderr.fnmatch_lines(["*--run-id: run id 'linked' leads outside*"])
     assert os.listdir(outside) == []
+
+
+# -- item 4: the same rules on every node ----------------------------------------------------------------------------
+_DOCKER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}", fullmatch=True),
+    node=st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?(\.[a-z0-9]{1,10}){0,2}", fullmatch=True),
+    rank=st.integers(0, 511),
+)
+def test_names_that_reach_a_node_become_container_names_and_state_folders_that_stay_confined(
+    name: str, node: str, rank: int
+) -> None:
+    """A deployment name or run id (any name the rule accepts, '+' and '.' included) and a node's host name
+    become a container name the runtime accepts (docker: [a-zA-Z0-9][a-zA-Z0-9_.-]*, at most 128) and a rank's
+    state folder one level below the launcher's own token folder -- never a path out of it."""
+    from pytest_sskj.server.container import container_name
+    from pytest_sskj.server.ssh import _safe
+    from pytest_sskj.spec import NodeCommand
+
+    assert check_name(name) == name
+    cname = container_name(f"serve-{name}", NodeCommand(node=node, rank=rank, argv=("x",)))
+    assert _DOCKER_NAME.fullmatch(cname) and len(cname) <= 128, cname
+    twin = name.replace("+", "-") if "+" in name else name.replace("-", "+", 1) if "-" in name[1:] else None
+    if twin and twin != name:  # a+b and a-b are two deployments: two containers
+        other = container_name(f"serve-{twin}", NodeCommand(node=node, rank=rank, argv=("x",)))
+        assert other != cname, f"{name!r} and {twin!r} share the container name {cname!r}"
+    folder = f"{_safe(node)}-rank{rank}-1"
+    assert "/" not in folder and folder not in (".", "..") and not folder.startswith("-"), folder
+    root = "/tmp/sskj-20261207-000000-abcdef"
+    assert os.path.normpath(f"{root}/{folder}").startswith(root + "/"), folder

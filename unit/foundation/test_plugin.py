@@ -170,9 +170,25 @@ def test_report_header_states_resolved_settings(pytester: pytest.Pytester) -> No
         [
             "sskj: run hdr-1 -> reports*hdr-1",
             "sskj: engine embedded, launcher local, nodes local, TP1/EP1/DP1/PP1",
-            "sskj: backends microbatch,parallel | chunks 256,512 | C 16 | ISL 1024 OSL 16 | 40 req x 3",
+            "sskj: backends microbatch,parallel | chunks 256,512 | C 16 | ISL 1024 / OSL 16 | 40 req x 3",
         ]
     )
+
+
+def test_the_header_says_which_sskj_variables_the_command_line_overrides(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40: an SSKJ_* variable that disagrees with the command line is overridden (CLI > env, as documented)
+    and the header says so, so that a stale export is seen; one the command line does not set is not named."""
+    monkeypatch.setenv("SSKJ_ISL", "2K")
+    monkeypatch.setenv("SSKJ_REPEATS", "2")
+    pytester.makepyfile("def test_x(sskj_settings): assert (sskj_settings.isl, sskj_settings.repeats) == (1024, 2)")
+    result = pytester.runpytest("--run-id", "hdr-2", "--isl", "1K")
+    result.stdout.fnmatch_lines(
+        ["sskj: note: the command line overrides SSKJ_ISL from the environment (CLI > SSKJ_* > ini > profile)"]
+    )
+    assert "SSKJ_REPEATS from" not in result.stdout.str()
+    result.assert_outcomes(passed=1)
 
 
 def test_manifest_written_at_start_and_completed_without_secrets(

@@ -179,3 +179,25 @@ def test_an_empty_file_and_pytest_sskjs_own_database_are_accepted(tmp_path: Path
     ResultsDB(f"sqlite:///{tmp_path / 'own.sqlite'}").close()
     assert sqlite_problem(tmp_path / "own.sqlite") is None
     assert sqlite_problem(tmp_path / "absent.sqlite") is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["db", "import", "{reports}/empty", "--reports-dir", "{reports}"],
+        ["db", "import", "{reports}/a_file", "--reports-dir", "{reports}"],
+        ["report", "summary", "--run", "empty", "--reports-dir", "{reports}"],
+        ["export", "--run", "empty", "--reports-dir", "{reports}"],
+    ],
+    ids=["db-import-empty", "db-import-file", "report-summary-empty", "export-empty"],
+)
+def test_a_folder_that_holds_no_run_is_refused_by_every_subcommand_and_nothing_is_written(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    reports = tmp_path / "reports"
+    (reports / "empty").mkdir(parents=True)
+    (reports / "a_file").write_text("x\n")
+    before = sorted(p.name for p in reports.rglob("*"))
+    code, text = _call([a.replace("{reports}", str(reports)) for a in argv])
+    assert code != 0 and "is not a run directory" in text and "Traceback" not in text, f"exit {code}:\n{text}"
+    assert sorted(p.name for p in reports.rglob("*")) == before, "nothing (no database, no summary) was written"
