@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_LIMIT", "FileRefused", "file_kind", "read_json_file", "read_text_file"]
+__all__ = ["DEFAULT_LIMIT", "FileRefused", "file_kind", "folder_problem", "read_json_file", "read_text_file"]
 
 DEFAULT_LIMIT = 64 * 1024 * 1024
 """The default size bound of a file read whole (64 MiB: a run's largest file, ``results.jsonl`` of a long job with
@@ -99,3 +99,17 @@ def read_json_file(path: Path | str, *, what: str = "file", limit: int = DEFAULT
         raise FileRefused(
             f"{what} {path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
         ) from None
+
+
+def folder_problem(d: Path) -> tuple[str, str] | None:
+    """Why ``d`` cannot be a folder this user writes into (created when missing), or ``None`` when it can: the
+    kind (``file``: ``d`` or its nearest existing ancestor is no folder; ``unwritable``) and the words, which
+    follow the folder's name: ``is a file``, ``lies below X, which is a file``, ``X is not writable by this user``."""
+    for p in (d, *d.parents):
+        if p.exists():
+            if not p.is_dir():
+                return "file", "is a file" if p == d else f"lies below {p}, which is a file"
+            if not os.access(p, os.W_OK | os.X_OK):
+                return "unwritable", f"{p} is not writable by this user"
+            return None
+    return None

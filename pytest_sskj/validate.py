@@ -7,7 +7,6 @@ live in each engine's ``check_settings`` hook (:mod:`pytest_sskj.engines`); thes
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -144,20 +143,19 @@ def _check_local_python(s: Settings) -> None:
 
 
 def _check_reports_dir(s: Settings) -> None:
+    from pytest_sskj.files import folder_problem
+
     d = s.reports_dir
     accepted = "a directory that exists or can be created, and that you can write to"
-    for p in (d, *d.parents):
-        if p.exists():
-            if not p.is_dir():
-                what = "is a file" if p == d else f"lies below {p}, which is a file"
-                raise usage(f"--reports-dir {d} {what}", accepted, "give a directory: --reports-dir reports")
-            if not os.access(p, os.W_OK | os.X_OK):
-                raise usage(
-                    f"--reports-dir {d}: {p} is not writable by this user",
-                    accepted,
-                    "pick a directory you own, e.g. --reports-dir ~/sskj-reports",
-                )
-            return
+    problem = folder_problem(d)
+    if problem is None:
+        return
+    kind, words = problem
+    if kind == "unwritable":
+        raise usage(
+            f"--reports-dir {d}: {words}", accepted, "pick a directory you own, e.g. --reports-dir ~/sskj-reports"
+        )
+    raise usage(f"--reports-dir {d} {words}", accepted, "give a directory: --reports-dir reports")
 
 
 def _create_reports_dir(s: Settings) -> None:

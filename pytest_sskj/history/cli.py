@@ -226,6 +226,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from pytest_sskj.files import folder_problem
     from pytest_sskj.history.export import export_run
     from pytest_sskj.rundir import not_a_run
 
@@ -236,9 +237,9 @@ def _export(args: argparse.Namespace) -> int:
     problem = not_a_run(run_dir)
     if problem:
         return _fail(f"{problem} (see --reports-dir)")
-    problem = _out_dir_problem(args.out) if args.out is not None else None
-    if problem:
-        return _fail(f"export --out {args.out}: {problem}; give a folder (it is created when missing)")
+    unusable = folder_problem(args.out) if args.out is not None else None
+    if unusable:
+        return _fail(f"export --out {args.out}: {unusable[1]}; give a folder (it is created when missing)")
     try:
         paths = export_run(run_dir, args.out)
     except (OSError, ValueError) as exc:  # a read-only or full file system, a value JSON cannot hold
@@ -247,19 +248,6 @@ def _export(args: argparse.Namespace) -> int:
     for path in paths:
         _out(f"wrote {path}")
     return 0
-
-
-def _out_dir_problem(out: Path) -> str | None:
-    """Why ``out`` cannot be the export folder (a file, below a file, not writable), or ``None``."""
-    for p in (out, *out.parents):
-        if not p.exists() and not p.is_symlink():
-            continue
-        if not p.is_dir():
-            return "is a file" if p == out else f"lies below {p}, which is not a folder"
-        if not os.access(p, os.W_OK | os.X_OK):
-            return f"{p} is not writable by this user"
-        return None
-    return None
 
 
 def record_release(reports: Path, tag: str) -> str:

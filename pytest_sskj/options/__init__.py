@@ -19,15 +19,7 @@ import pytest
 
 from pytest_sskj.options.row import DAY_S, MAX_CONCURRENCY, MAX_TOKENS, Kind, Option
 
-__all__ = [
-    "DAY_S",
-    "MAX_CONCURRENCY",
-    "MAX_TOKENS",
-    "Kind",
-    "Option",
-    "check_raw_args",
-    "register_options",
-]
+__all__ = ["DAY_S", "MAX_CONCURRENCY", "MAX_TOKENS", "Kind", "Option", "check_raw_args", "register_options"]
 
 
 _REPEATABLE = ("append", "env", "ssh_options")

@@ -35,7 +35,7 @@ def _call(argv: list[str]) -> tuple[int, str]:
     ("out", "shown"),
     [
         ("a_file", "export --out *a_file: is a file; give a folder*"),
-        ("a_file/below", "export --out *below: lies below *a_file, which is not a folder*"),
+        ("a_file/below", "export --out *below: lies below *a_file, which is a file*"),
         ("/proc/sskj-export", "export of runA not written: *"),
     ],
 )
