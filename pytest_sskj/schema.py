@@ -74,6 +74,7 @@ INFRA_ENV_NAMES = frozenset(
         "SSKJ_PLAIN",  # unit/server/test_ssh_launcher.py: a plain environment value for a rank
         "SSKJ_T",  # unit/server/test_process.py: a spec environment value
         "SSKJ_TWIN_RUN_ID",  # .ci/twin_job.sh: the run id of the stand-in cluster phase
+        "SSKJ_TWIN_CALIBRATION",  # twin/rank.py: 'off' serves each cell's figures at face value (a control)
     }
 )
 """``SSKJ_*`` environment variables that are no option but are read by the tools, CI or the tests."""

@@ -1,17 +1,19 @@
 """The twin's serving model: a paced prefill engine and per-request decode timelines.
 
 :class:`ServingEngine` is what a stand-in rank 0 runs.  Requests join a FIFO prefill queue; one engine
-thread cuts it into chunk-sized steps (``--chunked-prefill-size`` tokens, several requests packed into one
-step when they fit) and sleeps each step for ``tokens * multiplier / rate`` modelled seconds, the rate
-shared by every queued request -- so TTFT grows with the concurrency while throughput saturates, as on the
-users' cluster.  A request's first token is emitted at the end of its last prefill chunk; its further
-tokens follow on its own decode timeline (one step of the cell's TPOT each, log-normally spread per
-request).  Every duration is multiplied by the model's ``time_scale``.  The modelled GPU keeps its own clock:
-a step starts when the previous one ended or when its first request arrived, never when the engine thread
-happens to wake, so a rank descheduled by its host loses no modelled time while work is queued (a late
-wake-up is caught up in full), and no step starts before its requests arrived.  One draw of between-repeat noise per
-repeat (each ``/flush_cache`` starts one) scales the rate, seeded by the model's seed, the server's cell
-and the repeat, so a run is reproducible.  The parameters come from :func:`pytest_sskj.twin.model.calibrate`.
+thread cuts it into chunk-sized steps (``--chunked-prefill-size`` tokens of the head request) and sleeps each
+step for ``tokens * multiplier / rate`` modelled seconds, the rate that of the load level (the most requests
+in the system since it was last empty: a closed loop's concurrency, its draining tail included) -- so TTFT
+grows with the concurrency while throughput saturates, as on the users' cluster.  A request's first token
+is emitted at the end of its last prefill chunk; its further tokens follow on its own decode timeline (one
+step of the cell's TPOT each, log-normally spread per request).  Every duration is multiplied by the
+model's ``time_scale``.  The modelled GPU keeps its own clock: a step starts when the previous one ended or
+when its request arrived, never when the engine thread happens to wake, so a rank descheduled by its host
+loses no modelled time while work is queued (a late wake-up is caught up in full), and no step starts
+before its request arrived.  One draw of between-repeat noise per repeat (each ``/flush_cache`` starts
+one) scales the rate, seeded by the model's seed, the server's cell and the repeat, so a run is
+reproducible.  The parameters come from :func:`pytest_sskj.twin.model.calibrate`, whose closed-loop
+simulation this engine follows step for step (docs/twin.md).
 
 PD: a ``prefill`` engine records when each bootstrap room's KV is ready (:meth:`wait_kv`); a ``decode``
 engine starts a request's decode only after its room's KV arrived (the caller waits on the prefill side).
@@ -31,7 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pytest_sskj.twin.model import Cell, EngineParams, TwinModel, calibrate, lognormal_quantiles
+from pytest_sskj.twin.model import Cell, EngineParams, TwinModel, calibrate, lognormal_quantiles, uncalibrated
 
 __all__ = ["Request", "ServingEngine", "token_ids"]
 
@@ -56,7 +58,8 @@ class Request:
     room: str | None = None
     arrival: float = 0.0
     remaining: int = 0
-    mult: float = 1.0
+    mult: float | None = None
+    """Prefill cost multiplier, drawn when the request's first step is cut (its position in the repeat)."""
     tpot_s: float = 0.0
     emitted: int = 0
     first_token_at: float | None = None
@@ -76,8 +79,8 @@ class _Curve:
     points: tuple[tuple[int, Cell, EngineParams], ...]
 
     def at(self, n: int) -> tuple[float, Cell, EngineParams]:
-        """Prefill rate at ``n`` requests in the system (linear between measured concurrencies, flat outside)
-        and the nearest cell's parameters."""
+        """Prefill rate at load level ``n`` (the most requests in the system since it was last empty; linear
+        between measured concurrencies, flat outside) and the nearest cell's parameters."""
         pts = self.points
         nearest = min(pts, key=lambda p: (abs(p[0] - n), p[0]))
         if n <= pts[0][0]:
@@ -94,12 +97,22 @@ class _Curve:
 class ServingEngine:
     """The paced serving model of one stand-in server (see the module docstring)."""
 
-    def __init__(self, model: TwinModel, cells: Sequence[Cell], *, chunk: int | None, role: str, label: str) -> None:
+    def __init__(
+        self,
+        model: TwinModel,
+        cells: Sequence[Cell],
+        *,
+        chunk: int | None,
+        role: str,
+        label: str,
+        calibrated: bool = True,
+    ) -> None:
         if not cells:
             raise ValueError("a serving engine needs at least one cell")
+        fit = calibrate if calibrated else uncalibrated
         by_isl: dict[int, list[tuple[int, Cell, EngineParams]]] = {}
         for c in cells:
-            by_isl.setdefault(c.isl, []).append((c.concurrency, c, calibrate(c, model.default_tpot_ms)))
+            by_isl.setdefault(c.isl, []).append((c.concurrency, c, fit(c, model.default_tpot_ms)))
         self.curves = tuple(_Curve(isl, tuple(sorted(v, key=lambda p: p[0]))) for isl, v in sorted(by_isl.items()))
         self.scale = model.time_scale
         self.seed = model.seed
@@ -111,6 +124,8 @@ class ServingEngine:
         self._lock = threading.Condition()
         self._queue: list[Request] = []
         self._inflight = 0
+        self._level = 0
+        self._burst = False
         self._rooms: dict[str, float] = {}
         self._decode: list[tuple[float, int, Request]] = []
         self._decode_cv = threading.Condition()
@@ -133,6 +148,7 @@ class ServingEngine:
             self._factor = max(0.5, random.Random(self._seed_of("repeat", self.epoch)).gauss(1.0, sigma))
             self._rng = random.Random(self._seed_of("requests", self.epoch))
             self._index = 0
+            self._burst = False
 
     def curve(self, isl: int) -> _Curve:
         return min(self.curves, key=lambda c: abs(math.log(max(1, isl) / c.isl)))
@@ -141,21 +157,23 @@ class ServingEngine:
         """Queue a request for prefill (``prefill``/``serve`` roles); its events tell the caller what to send."""
         req = Request(list(prompt), max(1, max_new), room=room, arrival=time.perf_counter(), remaining=len(prompt))
         with self._lock:
-            _, cell, p = self.curve(len(prompt)).at(self._inflight + 1)
-            req.mult = self._multiplier(cell, p)
-            req.tpot_s = p.tpot_s * (math.exp(self._rng.gauss(0.0, p.tpot_sigma)) if p.tpot_sigma else 1.0)
             self._inflight += 1
+            self._level = max(self._level, self._inflight)
+            if self._level >= 2 and not self._burst:  # the repeat's measured burst: its requests count from 0
+                self._burst, self._index = True, 0
+            _, _, p = self.curve(len(prompt)).at(self._level)
+            req.tpot_s = p.tpot_s * (math.exp(self._rng.gauss(0.0, p.tpot_sigma)) if p.tpot_sigma else 1.0)
             self._queue.append(req)
             self._lock.notify_all()
         return req
 
     def _multiplier(self, cell: Cell, p: EngineParams) -> float:
         """The next request's prefill cost multiplier: the repeat's requests take the calibrated spread's
-        quantiles (blocks of the cell's requests per repeat), in an order drawn for the repeat."""
+        quantiles in the order :func:`~pytest_sskj.twin.model.calibrate` simulated (the cell's requests per
+        repeat, cyclically: a request before the measured burst -- the bench's warmup -- shifts no quantile out)."""
         k, n = self._index, cell.requests
         self._index += 1
-        block = lognormal_quantiles(n, p.service_cv, seed=self._seed_of(f"order{k // n}/{cell.key}", self.epoch))
-        return block[k % n]
+        return lognormal_quantiles(n, p.service_cv)[k % n]
 
     def submit_decode(self, prompt: list[int], max_new: int) -> Request:
         """A decode-role request whose KV has arrived: first token now, then its decode timeline."""
@@ -164,6 +182,7 @@ class ServingEngine:
             _, _, p = self.curve(len(prompt)).at(self._decoding() + 1)
             req.tpot_s = p.tpot_s * (math.exp(self._rng.gauss(0.0, p.tpot_sigma)) if p.tpot_sigma else 1.0)
             self._inflight += 1
+            self._level = max(self._level, self._inflight)
         self._first_token(req, time.perf_counter())
         return req
 
@@ -193,67 +212,67 @@ class ServingEngine:
     def _decoding(self) -> int:
         return len(self._decode)
 
-    def _take_step(self, cut: float) -> tuple[list[tuple[Request, int]], float]:
-        """Cut the next step off the FIFO queue at time ``cut`` (caller holds the lock): the requests that had
-        arrived by then, ``[(request, tokens)]``, and the step's modelled seconds."""
-        budget, cost = self.chunk, 0.0
-        parts: list[tuple[Request, int]] = []
-        rate, _, _ = self.curve(len(self._queue[0].prompt)).at(self._inflight)
-        for req in self._queue:
-            if budget <= 0:
-                break
-            if req.arrival > cut and parts:
-                continue
-            take = min(budget, req.remaining)
-            parts.append((req, take))
-            cost += take * req.mult
-            budget -= take
-        return parts, cost / (rate * self._factor)
+    def _take_step(self) -> tuple[Request, int, float]:
+        """Cut the next step off the FIFO queue (caller holds the lock): the head request's next chunk -- a step
+        never spans two requests, so requests finish one after another in FIFO order, as the calibration
+        simulates them (the chunk's effect on throughput is its cells' own rate) -- its tokens and modelled
+        seconds at the current load level's rate."""
+        req = self._queue[0]
+        rate, cell, p = self.curve(len(req.prompt)).at(self._level)
+        if req.mult is None:
+            req.mult = self._multiplier(cell, p)
+        take = min(self.chunk, req.remaining)
+        return req, take, take * req.mult / (rate * self._factor)
+
+    def _gather(self, first: float) -> int:
+        """Wait for the rest of a burst that woke the idle engine -- until no request arrived for 5 ms, at least
+        10 ms and at most 100 ms after the first -- and return its load level: the wake-up is the level's (a
+        burst of C requests takes C x a few ms to arrive, parsed, on a busy box)."""
+        deadline = first + 0.1
+        while True:
+            with self._lock:
+                last = max((r.arrival for r in self._queue), default=first)
+                level = self._level
+            until = min(deadline, max(first + 0.01, last + 0.005))
+            if time.perf_counter() >= until:
+                return level
+            _sleep_until(until)
 
     def _prefill_loop(self) -> None:
         """The prefill steps on the modelled GPU's own clock (``busy_until``): a step starts when the previous one
-        ended or when its first request arrived, whichever is later, however late this thread wakes.  A
-        stand-in rank descheduled by its host (CI's other jobs on the same cores) so loses no modelled time
-        while work is queued; requests that arrived after a step's start join a later step."""
+        ended or when its request arrived, whichever is later, however late this thread wakes.  A stand-in rank
+        descheduled by its host (CI's other jobs on the same cores) so loses no modelled time while work is
+        queued.  Idle is read off the same clock: when the queue's first request arrived after the last step
+        ended, the engine was idle and wakes up first (``wake_s``, after a short gather of the burst), whatever
+        this thread saw -- the calibration's closed loop (:func:`~pytest_sskj.twin.model.simulate`) does the same."""
         busy_until: float | None = None
-        idle_since = time.perf_counter() - 1e9
         while not self._stop.is_set():
             with self._lock:
                 while not self._queue and not self._stop.is_set():
-                    if busy_until is not None:
-                        idle_since, busy_until = busy_until, None
                     self._lock.wait(0.5)
                 if self._stop.is_set():
                     return
                 first = min(r.arrival for r in self._queue)
-            gather: float | None = None
-            if busy_until is None:
-                busy_until = idle_since
-                if first - idle_since > max(0.002, 0.1 * self.scale):  # the engine was idle: it wakes up first
-                    gather = first + 0.01
-                    _sleep_until(gather)  # the rest of the burst arrives
-                    with self._lock:
-                        _, _, p = self.curve(len(self._queue[0].prompt)).at(self._inflight)
-                    busy_until = first + p.wake_s * self.scale
+            if busy_until is None or first >= busy_until:  # nothing was waiting when the last step ended
+                level = self._gather(first)
+                with self._lock:
+                    _, _, p = self.curve(len(self._queue[0].prompt)).at(level)
+                busy_until = first + p.wake_s * self.scale
             with self._lock:
-                start = max(busy_until, first)  # (first: read above; only this thread removes requests)
-                parts, dur = self._take_step(gather if gather is not None else start)
-                if gather is None:  # every request queued at the start arrived later: the step waits for it
-                    start = max(start, *(r.arrival for r, _ in parts))
+                req, take, dur = self._take_step()
+                start = max(busy_until, req.arrival)
             end = start + dur * self.scale
             _sleep_until(end)
             busy_until = end
-            finished = []
             with self._lock:
-                for req, take in parts:
-                    req.remaining -= take
-                    if req.remaining <= 0:
-                        self._queue.remove(req)
-                        finished.append(req)
-                        if req.room is not None:
-                            self._rooms[req.room] = end
+                req.remaining -= take
+                finished = req.remaining <= 0
+                if finished:
+                    self._queue.remove(req)
+                    if req.room is not None:
+                        self._rooms[req.room] = end
                 self._lock.notify_all()
-            for req in finished:
+            if finished:
                 self._first_token(req, end)
 
     # -- decode ------------------------------------------------------------------------------------------
@@ -269,6 +288,8 @@ class ServingEngine:
         if done:
             with self._lock:
                 self._inflight -= 1
+                if self._inflight == 0:
+                    self._level = 0
         req.events.put((req.emitted, done))
 
     def _schedule(self, req: Request, due: float) -> None:

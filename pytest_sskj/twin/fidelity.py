@@ -161,7 +161,7 @@ def _server_argv(cell: Cell, port: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def _rank(model_path: Path, cell: Cell, log: Path) -> Iterator[str]:
+def _rank(model_path: Path, cell: Cell, log: Path, *, calibrated: bool = True) -> Iterator[str]:
     """A real stand-in rank serving ``cell``'s server, as ``python -m sglang.launch_server`` on a twin node."""
     import httpx
 
@@ -169,7 +169,7 @@ def _rank(model_path: Path, cell: Cell, log: Path) -> Iterator[str]:
 
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SHIM), os.environ.get("PYTHONPATH", "")]),
-           "SSKJ_TWIN_MODEL": str(model_path)}  # fmt: skip
+           "SSKJ_TWIN_MODEL": str(model_path), "SSKJ_TWIN_CALIBRATION": "on" if calibrated else "off"}  # fmt: skip
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sglang.launch_server", *_server_argv(cell, port)],
@@ -238,8 +238,9 @@ def _number(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def serve_model(model_path: Path, out_dir: Path, *, repeats: int = 3) -> list[CellError]:
-    """Serve every ``serve`` cell of the file at its own concurrency (one rank per server); errors per cell."""
+def serve_model(model_path: Path, out_dir: Path, *, repeats: int = 3, calibrated: bool = True) -> list[CellError]:
+    """Serve every ``serve`` cell of the file at its own concurrency (one rank per server); errors per cell.
+    ``calibrated=False`` serves with the calibration switched off (``SSKJ_TWIN_CALIBRATION=off``), a control."""
     model = load_model(model_path)
     servers: dict[tuple[Any, ...], list[Cell]] = {}
     for cell in model.cells:
@@ -248,7 +249,7 @@ def serve_model(model_path: Path, out_dir: Path, *, repeats: int = 3) -> list[Ce
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for i, cells in enumerate(servers.values()):
-        with _rank(model_path, cells[0], out_dir / f"rank-{i}.log") as url:
+        with _rank(model_path, cells[0], out_dir / f"rank-{i}.log", calibrated=calibrated) as url:
             for cell in sorted(cells, key=lambda c: (c.isl, c.concurrency)):
                 results.append(_serve_cell(url, model, cell, out_dir / f"server{i}-c{cell.concurrency}", repeats))
     return results

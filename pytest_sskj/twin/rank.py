@@ -183,7 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     engine = None
     if a.node_rank == 0:
         label = "/".join(f"{k}={v}" for k, v in server_facts(a).items())
-        engine = ServingEngine(model, cells, chunk=a.chunked_prefill_size, role=role, label=label)
+        calibrated = os.environ.get("SSKJ_TWIN_CALIBRATION", "on") != "off"  # off: to see what calibration buys
+        if not calibrated:
+            log("twin: calibration switched off (SSKJ_TWIN_CALIBRATION=off): each cell's figures at face value")
+        engine = ServingEngine(
+            model, cells, chunk=a.chunked_prefill_size, role=role, label=label, calibrated=calibrated
+        )
     faults = _Faults(model.faults, role, a.node_rank)
     servers = serve(a, info, engine, log, faults.on_request if faults.pending else None)
     if a.node_rank == 0:

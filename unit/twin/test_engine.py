@@ -102,7 +102,7 @@ def test_a_request_is_never_served_before_it_arrived_nor_faster_than_its_own_wor
     short = []
     for req in done:
         assert req.first_token_at is not None
-        work = len(req.prompt) * req.mult / (rate * engine._factor) * engine.scale
+        work = len(req.prompt) * (req.mult or 0.0) / (rate * engine._factor) * engine.scale
         if req.first_token_at - req.arrival < work * (1 - 1e-9):
             short.append((round(req.first_token_at - req.arrival, 4), round(work, 4)))
     assert len(done) == 24, f"expected 24 requests served, saw {len(done)}"
@@ -120,7 +120,7 @@ def test_with_no_stall_a_burst_is_served_back_to_back_from_its_first_arrival(chu
     finally:
         engine.stop()
     rate, _, params = engine.curve(16384).at(8)
-    work = sum(len(r.prompt) * r.mult for r in reqs) / (rate * engine._factor) * engine.scale
+    work = sum(len(r.prompt) * (r.mult or 0.0) for r in reqs) / (rate * engine._factor) * engine.scale
     last = max(r.first_token_at or 0.0 for r in reqs)
     expected = reqs[0].arrival + params.wake_s * engine.scale + work
     assert abs(last - expected) < 0.002, f"expected the last first token at {expected:.4f}, saw {last:.4f}"
