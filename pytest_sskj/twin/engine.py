@@ -244,8 +244,12 @@ class ServingEngine:
         descheduled by its host (CI's other jobs on the same cores) so loses no modelled time while work is
         queued.  Idle is read off the same clock: when the queue's first request arrived after the last step
         ended, the engine was idle and wakes up first (``wake_s``, after a short gather of the burst), whatever
-        this thread saw -- the calibration's closed loop (:func:`~pytest_sskj.twin.model.simulate`) does the same."""
+        this thread saw -- the calibration's closed loop (:func:`~pytest_sskj.twin.model.simulate`) does the same.
+        A burst that outgrew its gather (a client that paused mid-burst on a busy box) gets the wake-up of the level
+        it reached, topped up before its first request finishes."""
         busy_until: float | None = None
+        woke = (0, 0.0)  # the busy period's wake-up so far: (its level, its wake_s)
+        ramp = False
         while not self._stop.is_set():
             with self._lock:
                 while not self._queue and not self._stop.is_set():
@@ -257,8 +261,12 @@ class ServingEngine:
                 level = self._gather(first)
                 with self._lock:
                     _, _, p = self.curve(len(self._queue[0].prompt)).at(level)
-                busy_until = first + p.wake_s * self.scale
+                busy_until, woke, ramp = first + p.wake_s * self.scale, (level, p.wake_s), True
             with self._lock:
+                if ramp and self._level > woke[0]:  # the burst outgrew the gather: its level's wake-up, topped up
+                    _, _, p = self.curve(len(self._queue[0].prompt)).at(self._level)
+                    busy_until += max(0.0, p.wake_s - woke[1]) * self.scale
+                    woke = (self._level, max(p.wake_s, woke[1]))
                 req, take, dur = self._take_step()
                 start = max(busy_until, req.arrival)
             end = start + dur * self.scale
@@ -268,6 +276,7 @@ class ServingEngine:
                 req.remaining -= take
                 finished = req.remaining <= 0
                 if finished:
+                    ramp = False
                     self._queue.remove(req)
                     if req.room is not None:
                         self._rooms[req.room] = end

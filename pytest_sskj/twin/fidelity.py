@@ -37,10 +37,13 @@ __all__ = [
     "error_table",
     "generate_model",
     "serve_model",
+    "shapes",
     "write_model",
 ]
 
 SHIM = Path(__file__).resolve().parent / "shim"
+BACKENDS = ("marlin", "flashinfer_mxfp4")
+"""The reference and the candidate of every generated file."""
 
 FIGURES: tuple[tuple[str, str, str], ...] = (
     ("input_tps", "input_throughput", "tps"),
@@ -75,53 +78,60 @@ class CellError:
 
 
 # -- generated files -----------------------------------------------------------------------------------------
-def generate_model(seed: int, *, request_wall_s: float = 0.08) -> dict[str, Any]:
+def generate_model(seed: int, *, request_wall_s: float = 0.08, gains: Sequence[float] | None = None) -> dict[str, Any]:
     """A model file's content (a TOML document as a dict) drawn from ``seed`` within :data:`BOUNDS`; its time
     scale makes the fastest cell's request of prefill work last ``request_wall_s`` wall seconds (seed 000's
-    file: 0.075-0.09 s), long against the client's and the HTTP stack's own milliseconds."""
+    file: 0.075-0.09 s), long against the client's and the HTTP stack's own milliseconds.
+
+    ``gains``: one per shape (chunk x concurrency, in :func:`shapes` order): the candidate (``flashinfer_mxfp4``)
+    serves each shape with the reference's engine, its rate times the gain (1.0: the reference's very figures),
+    instead of an engine of its own -- a file whose ordering of the backends is known in every cell."""
     rng = random.Random(seed)
     isl = rng.choice((4096, 8192, 16384))
     requests = rng.choice((24, 40))
     concurrencies = sorted(rng.sample((4, 8, 16), 2))
     chunks = sorted(rng.sample((2048, 4096, 8192, 16384), 2))
-    backends = ("marlin", "flashinfer_mxfp4")
     base = rng.uniform(*BOUNDS["rate_tps"])
-    f_backend = {b: rng.uniform(*BOUNDS["factor"]) for b in backends}
+    f_backend = {b: rng.uniform(*BOUNDS["factor"]) for b in BACKENDS}
     f_chunk = {k: rng.uniform(*BOUNDS["factor"]) for k in chunks}
-    cells: list[dict[str, Any]] = []
-    fastest = 0.0
-    for b in backends:
+    engines: dict[tuple[str, int, int], tuple[float, float, float]] = {}
+    for b in BACKENDS:
         f_conc = {c: rng.uniform(*BOUNDS["factor"]) for c in concurrencies}  # the C-dependence differs per backend
         for k in chunks:
             for c in concurrencies:
                 rate = base * f_backend[b] * f_chunk[k] * f_conc[c] * rng.uniform(0.97, 1.03)
-                fastest = max(fastest, rate)
-                cv, wake = rng.uniform(*BOUNDS["cv"]), rng.uniform(*BOUNDS["wake_s"])
-                sim = simulate(requests, c, isl, rate, wake, lognormal_quantiles(requests, cv))
-                cells.append(
-                    {
-                        "tp": 8,
-                        "ep": 1,
-                        "dp": 1,
-                        "pp": 1,
-                        "backend": b,
-                        "chunk": k,
-                        "concurrency": c,
-                        "input_tps": round(sim["input_tps"], 2),
-                        "ttft_p50_s": round(sim["ttft_p50_s"], 4),
-                        "ttft_p95_s": round(sim["ttft_p95_s"], 4),
-                        "source": f"generated: rate {rate:.1f} tok/s, cv {cv:.3f}, wake {wake:.3f} s",
-                    }
-                )
+                engines[b, k, c] = (rate, rng.uniform(*BOUNDS["cv"]), rng.uniform(*BOUNDS["wake_s"]))
+    if gains is not None:
+        keys = [(k, c) for k in chunks for c in concurrencies]
+        if len(gains) != len(keys):
+            raise ValueError(f"gains: expected one per shape ({len(keys)}), got {len(gains)}")
+        for (k, c), g in zip(keys, gains, strict=True):
+            rate, cv, wake = engines[BACKENDS[0], k, c]
+            engines[BACKENDS[1], k, c] = (rate * g, cv, wake)
+    cells = [_cell(b, k, c, isl, requests, *engine) for (b, k, c), engine in engines.items()]
     return {
         "name": f"generated-{seed}",
         "description": f"drawn by pytest_sskj.twin.fidelity.generate_model({seed})",
-        "time_scale": round(request_wall_s * fastest / isl, 6),
+        "time_scale": round(request_wall_s * max(e[0] for e in engines.values()) / isl, 6),
         "seed": seed,
         "workload": {"isl": isl, "osl": 1, "requests": requests},
         "defaults": {"repeat_noise_pct": 0.2},
         "cells": cells,
     }
+
+
+def shapes(doc: dict[str, Any]) -> list[tuple[int, int]]:
+    """A generated document's shapes, (chunk, concurrency), in the order ``gains`` takes them."""
+    return sorted({(c["chunk"], c["concurrency"]) for c in doc["cells"]})
+
+
+def _cell(b: str, k: int, c: int, isl: int, requests: int, rate: float, cv: float, wake: float) -> dict[str, Any]:
+    """The cell a closed loop of ``requests`` at ``c`` measures of an engine of ``rate``, spread ``cv``, ``wake``."""
+    sim = simulate(requests, c, isl, rate, wake, lognormal_quantiles(requests, cv))
+    return {"tp": 8, "ep": 1, "dp": 1, "pp": 1, "backend": b, "chunk": k, "concurrency": c,
+            "input_tps": round(sim["input_tps"], 2), "ttft_p50_s": round(sim["ttft_p50_s"], 4),
+            "ttft_p95_s": round(sim["ttft_p95_s"], 4),
+            "source": f"generated: rate {rate:.1f} tok/s, cv {cv:.3f}, wake {wake:.3f} s"}  # fmt: skip
 
 
 def _toml_value(v: Any) -> str:

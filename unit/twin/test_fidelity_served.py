@@ -6,6 +6,11 @@ check fails.  Minutes of serving: CI's twin phase (``unit/twin/conftest.py`` des
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +18,12 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_sskj.report.allure import attach_text
-from pytest_sskj.twin.fidelity import CellError, error_table, generate_model, serve_model, write_model
+from pytest_sskj.twin.fidelity import CellError, error_table, generate_model, serve_model, shapes, write_model
 
 pytestmark = pytest.mark.slow
 
 BOUND_PCT = 1.0
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _served(tmp: Path, seed: int, *, calibrated: bool = True) -> tuple[str, list[CellError]]:
@@ -43,4 +49,63 @@ def test_with_the_calibration_switched_off_the_same_check_fails(tmp_path: Path) 
     table, rows = _served(tmp_path, 3, calibrated=False)
     assert max(r.worst for r in rows) > 3 * BOUND_PCT, (
         f"expected the uncalibrated twin to miss the file by more than {3 * BOUND_PCT} % somewhere:\n{table}"
+    )
+
+
+GAINS = (1.12, 0.88, 1.0, 0.9)
+"""The candidate's input TPS over the reference's, per shape (chunk x concurrency): better, worse, the reference's
+very figures, worse."""
+EXPECTED = {1.12: "better", 0.88: "worse", 1.0: "equivalent", 0.9: "worse"}
+PROFILE = """description = "a generated twin file's backend A/B on one local stand-in node (issue 47, item 3)"
+engine = "sglang"
+model_path = "/models/generated"  # the stand-in rank serves the model file, whatever the path
+nodes = "local"
+tp = 8
+ep = 1
+dp = 1
+backends = ["marlin", "flashinfer_mxfp4"]
+osl = 1
+repeats = 3
+max_repeats = 6
+slo = "none"
+[layers]
+platform = "twin"
+"""
+
+
+def test_the_ab_verdict_orders_the_backends_as_the_file_does_in_every_cell(tmp_path: Path) -> None:
+    """``pytest acceptance/`` against a generated file whose candidate is better, worse and equal in different cells:
+    each shape's comparison says what the file says (served by one local stand-in rank per server)."""
+    doc = generate_model(5, gains=GAINS)
+    model = write_model(doc, tmp_path / "ab.toml")
+    (tmp_path / "platforms").mkdir()
+    shutil.copy(REPO / "profiles" / "platforms" / "twin.toml", tmp_path / "platforms" / "twin.toml")
+    (tmp_path / "ab-profile.toml").write_text(PROFILE)
+    cells = shapes(doc)
+    argv = [sys.executable, "-m", "pytest", "acceptance/", "--profile", str(tmp_path / "ab-profile.toml"),
+            "--sskj-twin-model", str(model), "--isl", str(doc["workload"]["isl"]),
+            "--requests", str(doc["workload"]["requests"]),
+            "--chunk", ",".join(str(k) for k in sorted({k for k, _ in cells})),
+            "--concurrency", ",".join(str(c) for c in sorted({c for _, c in cells})),
+            "-k", "test_serving or test_backend_comparison", "--reports-dir", str(tmp_path / "reports"),
+            "--run-id", "ab", "-p", "no:cacheprovider", "--sskj-db", "none"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SSKJ_"))}
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=540, env=env, check=False)
+    out = proc.stdout + proc.stderr
+    vpath = tmp_path / "reports" / "ab" / "verdicts.json"
+    assert vpath.is_file(), f"the run wrote no verdicts (exit {proc.returncode}):\n{out[-4000:]}"
+    verdicts = [v for v in json.loads(vpath.read_text())["verdicts"] if v.get("kind") == "comparison"]
+    got = {(v["chunk"], v["concurrency"]): v for v in verdicts}
+    want = {shape: EXPECTED[g] for shape, g in zip(cells, GAINS, strict=True)}
+    wrong = {
+        s: (want[s], got[s]["outcome"] if s in got else None) for s in want if got.get(s, {}).get("outcome") != want[s]
+    }
+    table = "\n".join(
+        f"chunk {k} C{c}: file {g - 1:+.0%} -> {got[(k, c)]['message'][:160]}"
+        for (k, c), g in zip(cells, GAINS, strict=True)
+        if (k, c) in got
+    )
+    attach_text("A/B verdicts per cell against the file", table)
+    assert not wrong, (
+        f"expected each shape's verdict to order the backends as the file does; (want, got): {wrong}\n{table}"
     )
