@@ -33,7 +33,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pytest_sskj.twin.model import Cell, EngineParams, TwinModel, calibrate, lognormal_quantiles, uncalibrated
+from pytest_sskj.twin.model import (
+    Cell,
+    EngineParams,
+    TwinModel,
+    calibrate,
+    lognormal_quantiles,
+    tpot_quantiles,
+    uncalibrated,
+)
 
 __all__ = ["Request", "ServingEngine", "token_ids"]
 
@@ -125,12 +133,12 @@ class ServingEngine:
         self._queue: list[Request] = []
         self._inflight = 0
         self._level = 0
-        self._burst = False
+        self._warmup = True  # the repeat's first busy period is still to end (a lone request there: the warmup)
+        self._period_first = 0  # the slot the current busy period began at
         self._rooms: dict[str, float] = {}
         self._decode: list[tuple[float, int, Request]] = []
         self._decode_cv = threading.Condition()
         self._seq = 0
-        self._rng = random.Random(self._seed_of("requests", 0))
         self._index = 0
         self._stop = threading.Event()
         for target in (self._prefill_loop, self._decode_loop):
@@ -146,9 +154,8 @@ class ServingEngine:
             self.epoch += 1
             sigma = self.curves[0].points[0][2].noise_sigma
             self._factor = max(0.5, random.Random(self._seed_of("repeat", self.epoch)).gauss(1.0, sigma))
-            self._rng = random.Random(self._seed_of("requests", self.epoch))
             self._index = 0
-            self._burst = False
+            self._warmup = True
 
     def curve(self, isl: int) -> _Curve:
         return min(self.curves, key=lambda c: abs(math.log(max(1, isl) / c.isl)))
@@ -157,32 +164,44 @@ class ServingEngine:
         """Queue a request for prefill (``prefill``/``serve`` roles); its events tell the caller what to send."""
         req = Request(list(prompt), max(1, max_new), room=room, arrival=time.perf_counter(), remaining=len(prompt))
         with self._lock:
-            self._inflight += 1
-            self._level = max(self._level, self._inflight)
-            if self._level >= 2 and not self._burst:  # the repeat's measured burst: its requests count from 0
-                self._burst, self._index = True, 0
-            _, _, p = self.curve(len(prompt)).at(self._level)
-            req.tpot_s = p.tpot_s * (math.exp(self._rng.gauss(0.0, p.tpot_sigma)) if p.tpot_sigma else 1.0)
+            self._admit()
             self._queue.append(req)
             self._lock.notify_all()
         return req
 
-    def _multiplier(self, cell: Cell, p: EngineParams) -> float:
-        """The next request's prefill cost multiplier: the repeat's requests take the calibrated spread's
-        quantiles in the order :func:`~pytest_sskj.twin.model.calibrate` simulated (the cell's requests per
-        repeat, cyclically: a request before the measured burst -- the bench's warmup -- shifts no quantile out)."""
+    def _admit(self) -> None:
+        """One more request in the system (caller holds the lock): the load level, and where a busy period begins."""
+        if self._inflight == 0:
+            self._period_first = self._index
+        self._inflight += 1
+        self._level = max(self._level, self._inflight)
+
+    def _period_ended(self) -> None:
+        """The system emptied (caller holds the lock).  The repeat's first busy period, when it held one request
+        alone, was the bench's warmup: its slot is given back, so the measured requests take the calibrated
+        quantiles from the first (the same set a C=1 repeat without one takes, cyclically)."""
+        if self._warmup and self._level == 1:
+            self._index = self._period_first
+        self._warmup = False
+        self._level = 0
+
+    def _draw(self, req: Request, cell: Cell, p: EngineParams) -> None:
+        """The next request of the repeat (caller holds the lock): its prefill cost multiplier and decode step are
+        the calibrated spreads' quantiles in the order :func:`~pytest_sskj.twin.model.calibrate` simulated (the
+        cell's requests per repeat, cyclically: a request before the measured burst -- the bench's warmup --
+        shifts no quantile out: :meth:`_period_ended`)."""
         k, n = self._index, cell.requests
         self._index += 1
-        return lognormal_quantiles(n, p.service_cv)[k % n]
+        req.mult = lognormal_quantiles(n, p.service_cv)[k % n]
+        req.tpot_s = p.tpot_s * tpot_quantiles(n, p.tpot_sigma)[k % n]
 
     def submit_decode(self, prompt: list[int], max_new: int) -> Request:
         """A decode-role request whose KV has arrived: first token now, then its decode timeline."""
         req = Request(list(prompt), max(1, max_new), arrival=time.perf_counter(), remaining=0)
         with self._lock:
-            _, _, p = self.curve(len(prompt)).at(self._decoding() + 1)
-            req.tpot_s = p.tpot_s * (math.exp(self._rng.gauss(0.0, p.tpot_sigma)) if p.tpot_sigma else 1.0)
-            self._inflight += 1
-            self._level = max(self._level, self._inflight)
+            self._admit()
+            _, cell, p = self.curve(len(prompt)).at(self._level)
+            self._draw(req, cell, p)
         self._first_token(req, time.perf_counter())
         return req
 
@@ -209,9 +228,6 @@ class ServingEngine:
             self._decode_cv.notify_all()
 
     # -- prefill -----------------------------------------------------------------------------------------
-    def _decoding(self) -> int:
-        return len(self._decode)
-
     def _take_step(self) -> tuple[Request, int, float]:
         """Cut the next step off the FIFO queue (caller holds the lock): the head request's next chunk -- a step
         never spans two requests, so requests finish one after another in FIFO order, as the calibration
@@ -220,7 +236,8 @@ class ServingEngine:
         req = self._queue[0]
         rate, cell, p = self.curve(len(req.prompt)).at(self._level)
         if req.mult is None:
-            req.mult = self._multiplier(cell, p)
+            self._draw(req, cell, p)
+        assert req.mult is not None
         take = min(self.chunk, req.remaining)
         return req, take, take * req.mult / (rate * self._factor)
 
@@ -298,7 +315,7 @@ class ServingEngine:
             with self._lock:
                 self._inflight -= 1
                 if self._inflight == 0:
-                    self._level = 0
+                    self._period_ended()
         req.events.put((req.emitted, done))
 
     def _schedule(self, req: Request, due: float) -> None:

@@ -15,6 +15,7 @@ Stdlib only: this module runs inside the stand-in ranks on the nodes (any Python
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import random
@@ -38,6 +39,7 @@ __all__ = [
     "load_model",
     "percentile",
     "simulate",
+    "tpot_quantiles",
     "uncalibrated",
 ]
 
@@ -61,6 +63,8 @@ CELL_KEYS = (*MATCH_KEYS, *FIGURE_KEYS)
 _TOP_KEYS = ("name", "description", "source", "time_scale", "seed", "workload", "defaults", "cells", "faults")
 FAULT_KEYS = ("role", "node_rank", "after_requests", "lines")
 _Z95 = 1.6448536269514722
+TPOT_ORDER_SEED = 11
+"""The order of the per-request decode-step quantiles (the prefill spread's is seed 7)."""
 
 
 class ModelError(ValueError):
@@ -184,31 +188,78 @@ def lognormal_quantiles(n: int, cv: float, seed: int | str = 7) -> list[float]:
     return vals
 
 
-def simulate(n: int, c: int, isl: int, rate: float, wake: float, mults: Sequence[float]) -> dict[str, float]:
+def tpot_quantiles(n: int, sigma: float) -> list[float]:
+    """``n`` median-1 lognormal per-request decode-step multipliers of log-spread ``sigma``, in the fixed order the
+    engine gives them (another order than the prefill spread's)."""
+    return lognormal_quantiles(n, math.sqrt(math.expm1(sigma * sigma)), seed=TPOT_ORDER_SEED)
+
+
+def simulate(
+    n: int,
+    c: int,
+    isl: int,
+    rate: float,
+    wake: float,
+    mults: Sequence[float],
+    *,
+    osl: int = 1,
+    tpots: Sequence[float] | None = None,
+) -> dict[str, float]:
     """Closed loop: ``n`` requests of ``isl`` tokens at concurrency ``c`` on a FIFO prefill engine of ``rate``
-    tokens/s (request i costs ``isl * mults[i] / rate``); an idle engine -- at the first send, and whenever a
-    request arrives after the last one finished (C=1) -- wakes up ``wake`` after that arrival, as the twin's
-    engine does.  Returns input TPS, TTFT P50/P95 (s) and the duration, as the bench client would measure them
-    (OSL 1)."""
+    tokens/s (request i costs ``isl * mults[i] / rate``), each then decoding ``osl - 1`` tokens of ``tpots[i]``
+    seconds; a request is sent when a slot frees (a request completes).  An idle engine -- at the first send, and
+    whenever a request arrives after the last prefill finished -- wakes up ``wake`` after that arrival, as the
+    twin's engine does.  Returns input TPS, TTFT P50/P95 (s), TPOT P50/P95 (ms, OSL > 1) and the duration, as the
+    bench client would measure them."""
     free = -1.0
-    done: list[float] = []
+    slots: list[float] = []  # completion times of the requests in flight
+    ends: list[float] = []
     ttft: list[float] = []
+    steps = list(tpots) if tpots is not None and osl > 1 else []
     for i in range(n):
-        sent = 0.0 if i < c else done[i - c]
-        end = (sent + wake if free <= sent else free) + isl * mults[i] / rate
-        free = end
-        done.append(end)
-        ttft.append(end - sent)
-    dur = max(done)
-    return {
+        sent = 0.0 if i < c else heapq.heappop(slots)
+        first = (sent + wake if free <= sent else free) + isl * mults[i] / rate
+        free = first
+        done = first + (osl - 1) * steps[i] if steps else first
+        heapq.heappush(slots, done)
+        ends.append(done)
+        ttft.append(first - sent)
+    dur = max(ends)
+    out = {
         "input_tps": n * isl / dur,
         "ttft_p50_s": percentile(ttft, 50.0),
         "ttft_p95_s": percentile(ttft, 95.0),
         "duration_s": dur,
     }
+    if steps:
+        out["tpot_p50_ms"] = percentile(steps[:n], 50.0) * 1000.0
+        out["tpot_p95_ms"] = percentile(steps[:n], 95.0) * 1000.0
+    return out
 
 
-def _fit_prefill(cell: Cell) -> tuple[float, float, float, dict[str, float]]:
+def _fit_tpot(cell: Cell, default_tpot_ms: float) -> tuple[float, float]:
+    """(median decode step in s, log-spread) whose per-request quantiles have the cell's TPOT P50 and P95 as the
+    bench computes them over the cell's requests (bisection on the spread)."""
+    p50 = (cell.tpot_p50_ms if cell.tpot_p50_ms is not None else default_tpot_ms) / 1000.0
+    p95 = cell.tpot_p95_ms / 1000.0 if cell.tpot_p95_ms is not None else p50
+    n = cell.requests
+
+    def ratio(sigma: float) -> float:
+        q = tpot_quantiles(n, sigma)
+        return percentile(q, 95.0) / percentile(q, 50.0)
+
+    lo, hi = 0.0, 3.0
+    if p95 / p50 <= 1.0:
+        hi = 0.0
+    else:
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if ratio(mid) < p95 / p50 else (lo, mid)
+    sigma = (lo + hi) / 2
+    return p50 / percentile(tpot_quantiles(n, sigma), 50.0), sigma
+
+
+def _fit_prefill(cell: Cell, tpots: Sequence[float] | None) -> tuple[float, float, float, dict[str, float]]:
     """(rate, spread, wake) whose simulated closed loop reproduces the cell's input TPS and TTFT P50/P95: a
     fixed-point pass (rate from P50, spread from P95/P50, wake from the duration the TPS implies), then, where
     that left a figure more than 0.05 % off -- ramp-heavy workloads (few requests per concurrency slot), where
@@ -221,7 +272,7 @@ def _fit_prefill(cell: Cell) -> tuple[float, float, float, dict[str, float]]:
     want = {"input_tps": tps, "ttft_p50_s": p50, "ttft_p95_s": p95}
 
     def run(rate: float, cv: float, wake: float) -> dict[str, float]:
-        return simulate(n, c, isl, rate, wake, lognormal_quantiles(n, cv))
+        return simulate(n, c, isl, rate, wake, lognormal_quantiles(n, cv), osl=cell.osl, tpots=tpots)
 
     def miss(x: Sequence[float]) -> float:
         rate, cv, wake = math.exp(x[0]), x[1], x[2]
@@ -289,20 +340,20 @@ def _nm_step(f: Any, pts: list[list[float]], vals: list[float]) -> None:
 
 def calibrate(cell: Cell, default_tpot_ms: float) -> EngineParams:
     """Engine parameters that reproduce ``cell``'s observables under its own workload (see the module doc)."""
+    tpot, sigma = _fit_tpot(cell, default_tpot_ms)
+    tpots = [tpot * m for m in tpot_quantiles(cell.requests, sigma)]
     if cell.ttft_p50_s is not None:
-        rate, cv, wake, sim = _fit_prefill(cell)
+        rate, cv, wake, sim = _fit_prefill(cell, tpots)
     elif cell.input_tps is not None:
         rate, cv, wake, sim = cell.input_tps, 0.0, 0.0, {}
     else:
         rate, cv, wake, sim = 1e12, 0.0, 0.0, {}  # a decode-only cell: prefill is not its cost
-    tp50 = (cell.tpot_p50_ms if cell.tpot_p50_ms is not None else default_tpot_ms) / 1000.0
-    tp95 = cell.tpot_p95_ms / 1000.0 if cell.tpot_p95_ms is not None else tp50
     return EngineParams(
         prefill_tps=rate,
         service_cv=cv,
         wake_s=wake,
-        tpot_s=tp50,
-        tpot_sigma=max(0.0, math.log(tp95 / tp50) / _Z95),
+        tpot_s=tpot,
+        tpot_sigma=sigma,
         noise_sigma=cell.repeat_noise_pct / 100.0,
         fit=sim,
     )

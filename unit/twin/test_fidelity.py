@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sskj.twin.engine import ServingEngine
 from pytest_sskj.twin.fidelity import BOUNDS, CellError, error_table, generate_model, write_model
-from pytest_sskj.twin.model import Cell, calibrate, load_model
+from pytest_sskj.twin.model import Cell, TwinModel, calibrate, load_model, percentile
 
 
 def test_a_generated_file_loads_as_a_model_and_is_the_same_for_the_same_seed(tmp_path: Path) -> None:
@@ -82,5 +83,28 @@ def test_the_calibration_reproduces_every_generated_cell_in_its_own_closed_loop(
         fit = calibrate(cell, model.default_tpot_ms).fit
         assert cell.input_tps and cell.ttft_p50_s and cell.ttft_p95_s
         want = {"input_tps": cell.input_tps, "ttft_p50_s": cell.ttft_p50_s, "ttft_p95_s": cell.ttft_p95_s}
+        if cell.osl > 1:  # the decode steps too, and the closed loop's slots held through the decode
+            assert cell.tpot_p50_ms and cell.tpot_p95_ms, cell
+            want.update(tpot_p50_ms=cell.tpot_p50_ms, tpot_p95_ms=cell.tpot_p95_ms)
         off = {k: round(100 * (fit[k] / v - 1), 3) for k, v in want.items() if abs(fit[k] / v - 1) > 0.002}
         assert not off, f"{cell.key}: expected the fit within 0.2 % of every figure, off by (%) {off}"
+
+
+def test_a_repeats_decode_steps_are_the_quantiles_whose_p50_and_p95_are_the_cells() -> None:
+    """Seed 004's decode cell (TPOT P50/P95 63.20/66.55 ms at C=8): the engine gives a repeat's requests decode steps
+    whose percentiles, as the bench computes them over the repeat, are the cell's -- no random draw."""
+    cell = Cell(role="decode", tp=32, ep=32, pp=1, backend="marlin", concurrency=8, osl=512, requests=8,
+                tpot_p50_ms=63.20, tpot_p95_ms=66.55)  # fmt: skip
+    model = TwinModel("m", None, 1.0, 1, (cell,), 60.0)
+    engine = ServingEngine(model, [cell], chunk=None, role="decode", label="test")
+    try:
+        engine.new_repeat()
+        steps = []
+        for i in range(8):
+            req = engine.submit_decode([i + 1] * 16, 512)
+            steps.append(req.tpot_s * 1000.0)
+    finally:
+        engine.stop()
+    got = (percentile(steps, 50.0), percentile(steps, 95.0))
+    assert abs(got[0] / 63.20 - 1) < 1e-6 and abs(got[1] / 66.55 - 1) < 1e-4, f"expected 63.20/66.55 ms, got {got}"
+    assert len(set(steps)) == 8, f"expected eight different steps (the spread's quantiles), got {sorted(steps)}"

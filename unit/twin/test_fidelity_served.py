@@ -64,7 +64,6 @@ tp = 8
 ep = 1
 dp = 1
 backends = ["marlin", "flashinfer_mxfp4"]
-osl = 1
 repeats = 3
 max_repeats = 6
 slo = "none"
@@ -76,7 +75,7 @@ platform = "twin"
 def test_the_ab_verdict_orders_the_backends_as_the_file_does_in_every_cell(tmp_path: Path) -> None:
     """``pytest acceptance/`` against a generated file whose candidate is better, worse and equal in different cells:
     each shape's comparison says what the file says (served by one local stand-in rank per server)."""
-    doc = generate_model(5, gains=GAINS)
+    doc = generate_model(5, gains=GAINS, osl=1)  # the users' prefill job's shape: ISL -> 1
     model = write_model(doc, tmp_path / "ab.toml")
     (tmp_path / "platforms").mkdir()
     shutil.copy(REPO / "profiles" / "platforms" / "twin.toml", tmp_path / "platforms" / "twin.toml")
@@ -84,6 +83,7 @@ def test_the_ab_verdict_orders_the_backends_as_the_file_does_in_every_cell(tmp_p
     cells = shapes(doc)
     argv = [sys.executable, "-m", "pytest", "acceptance/", "--profile", str(tmp_path / "ab-profile.toml"),
             "--sskj-twin-model", str(model), "--isl", str(doc["workload"]["isl"]),
+            "--osl", str(doc["workload"]["osl"]),
             "--requests", str(doc["workload"]["requests"]),
             "--chunk", ",".join(str(k) for k in sorted({k for k, _ in cells})),
             "--concurrency", ",".join(str(c) for c in sorted({c for _, c in cells})),
