@@ -122,6 +122,12 @@ class ServingEngine:
         for c in cells:
             by_isl.setdefault(c.isl, []).append((c.concurrency, c, fit(c, model.default_tpot_ms)))
         self.curves = tuple(_Curve(isl, tuple(sorted(v, key=lambda p: p[0]))) for isl, v in sorted(by_isl.items()))
+        self._spreads = {
+            c.key: (lognormal_quantiles(c.requests, p.service_cv), tpot_quantiles(c.requests, p.tpot_sigma))
+            for v in by_isl.values()
+            for _, c, p in v
+        }
+        """Per cell: a repeat's prefill multipliers and decode-step multipliers, by position (see :meth:`_draw`)."""
         self.scale = model.time_scale
         self.seed = model.seed
         self.chunk = chunk if chunk and chunk > 0 else 8192
@@ -190,10 +196,11 @@ class ServingEngine:
         the calibrated spreads' quantiles in the order :func:`~pytest_sskj.twin.model.calibrate` simulated (the
         cell's requests per repeat, cyclically: a request before the measured burst -- the bench's warmup --
         shifts no quantile out: :meth:`_period_ended`)."""
-        k, n = self._index, cell.requests
+        k = self._index
         self._index += 1
-        req.mult = lognormal_quantiles(n, p.service_cv)[k % n]
-        req.tpot_s = p.tpot_s * tpot_quantiles(n, p.tpot_sigma)[k % n]
+        mults, steps = self._spreads[cell.key]
+        req.mult = mults[k % len(mults)]
+        req.tpot_s = p.tpot_s * steps[k % len(steps)]
 
     def submit_decode(self, prompt: list[int], max_new: int) -> Request:
         """A decode-role request whose KV has arrived: first token now, then its decode timeline."""
