@@ -25,7 +25,6 @@ time is reported as a fraction of the comparison's wall time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from pytest_sskj.acceptance.agreement_dialects import (
     run_probe,
     save_probe,
 )
+from pytest_sskj.accuracy.score import wilson
 
 if TYPE_CHECKING:
     from pytest_sskj.registry import Registry
@@ -180,17 +180,6 @@ def agreement(base: Probe, cand: Probe) -> Agreement:
         tuple(divs),
         missing,
     )
-
-
-def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float] | None:
-    """Wilson 95 % interval of a proportion ``k/n`` (``None`` for ``n == 0``)."""
-    if n <= 0:
-        return None
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, mid - half), min(1.0, mid + half)
 
 
 # -- gates -------------------------------------------------------------------------------------------------

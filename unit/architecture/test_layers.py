@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engines", frozenset({"engines"})),
     ("settings", frozenset({"options", "profile", "settings", "registry", "recording"})),
     ("server", frozenset({"server"})),
-    ("clients", frozenset({"gpu", "bench", "numerics", "models", "testing", "identity", "telemetry"})),
+    ("clients", frozenset({"gpu", "bench", "numerics", "models", "testing", "identity", "telemetry", "accuracy"})),
     ("flows", frozenset({"acceptance", "deploy", "history", "report", "plan", "twin", "combination", "serve"})),
     ("entry", frozenset({"plugin", "fixtures", "subsystems", "__main__", "__init__"})),
 )

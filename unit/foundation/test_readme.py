@@ -24,6 +24,8 @@ def test_ci_runs_exactly_the_readme_commands() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "pip install torch==2.13.0" in readme and "python -m pip install -q torch==2.13.0" in ci
     assert 'pip install -e ".[dev]"' in readme and 'pip install -q -e ".[dev]"' in ci
+    gym = "--no-deps reasoning-gym==0.1.25"
+    assert f"pip install {gym}" in readme and f"pip install -q {gym}" in ci, "CI installs the README's reasoning-gym"
     for command in ("pytest unit/", "pytest unit/ --run-slow -m slow"):
         assert f"\n{command}" in readme and f"\n{command}\n" in ci, f"README and .ci/run must both run {command!r}"
     assert "\npytest acceptance/\n" in readme and "pytest acceptance/ --run-id" in ci
