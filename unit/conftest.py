@@ -32,6 +32,7 @@ import httpx
 import pytest
 import sqlalchemy.dialects.postgresql
 import sqlalchemy.dialects.sqlite
+from vllm_shared import SharedVllm
 
 from pytest_sskj.subsystems import OPTIONS
 from pytest_sskj.testing.plugins import inner_run_addopts
@@ -174,8 +175,10 @@ def worker_netns_first(base: int, worker: str) -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """An xdist worker gets its own network-namespace instance: the test modules read ``SSKJ_NETNS_FIRST`` (and
-    ``SSKJ_NETNS_DIR``) when they are imported, which is after this, at collection."""
+    """The slow tests that only talk to a running vLLM share one (unit/vllm_shared.py).  An xdist worker gets its
+    own network-namespace instance: the test modules read ``SSKJ_NETNS_FIRST`` (and ``SSKJ_NETNS_DIR``) when they
+    are imported, which is after this, at collection."""
+    config.pluginmanager.register(SharedVllm(), "sskj-unit-shared-vllm")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker:
         return

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from vllm_shared import RealVllm
 
 from pytest_sskj.acceptance.agreement import DIALECTS, agreement, probe_set, run_probe
 from pytest_sskj.server.embedded import ensure_tiny_model
@@ -59,45 +60,10 @@ def test_llamacpp_probe_is_repeatable_on_one_server(llamacpp: str) -> None:
 
 
 # -- vLLM ------------------------------------------------------------------------------------------------
-def _vllm() -> tuple[Path, Path]:
-    venv = os.environ.get("SSKJ_VLLM_VENV", "")
-    reason = None
-    if not venv:
-        reason = "SSKJ_VLLM_VENV is not set (a venv made by .ci/install_vllm.sh VENV)"
-    elif not (Path(venv) / "bin" / "python").is_file():
-        reason = f"SSKJ_VLLM_VENV={venv} has no bin/python (run .ci/install_vllm.sh {venv})"
-    model = Path(os.environ.get("SSKJ_VLLM_MODEL") or Path(venv) / "tiny-llama")
-    if reason is None and not (model / "config.json").is_file():
-        reason = f"no tiny model at {model} (python -m pytest_sskj.models.tiny_llama --out {model})"
-    if reason is not None:
-        if os.environ.get("SSKJ_REQUIRE_VLLM", "") == "1":
-            pytest.fail(f"SSKJ_REQUIRE_VLLM=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
-    return Path(venv) / "bin" / "python", model
-
-
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from pytest_sskj.server.health import wait_healthy
-    from pytest_sskj.server.local import LocalLauncher
-    from pytest_sskj.server.pool import free_port
-    from pytest_sskj.server.spec import NodeCommand
-
-    python, model = _vllm()
-    port = free_port()
-    argv = (
-        *(str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)),
-        *("--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "bfloat16"),
-        *("--enforce-eager", "--no-enable-prefix-caching"),
-    )
-    env = (("VLLM_CPU_KVCACHE_SPACE", "1"), ("HF_HUB_OFFLINE", "1"))
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    handle = LocalLauncher().start(NodeCommand("local", 0, argv, env, port=port), log)
-    try:
-        wait_healthy("vllm", [handle], [f"http://127.0.0.1:{port}"], timeout_s=600, label="vLLM server")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        handle.terminate(60.0)
+@pytest.fixture
+def vllm(real_vllm: RealVllm) -> str:
+    """The session's shared real vLLM server (unit/vllm_shared.py: no prefix caching, max-model-len 2048)."""
+    return real_vllm.url
 
 
 @pytest.mark.slow

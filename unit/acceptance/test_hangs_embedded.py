@@ -1,8 +1,9 @@
-"""Hangs on the embedded default, end to end (``pytest acceptance/`` in a subprocess, default stall
-timeout 30 s, no ``--timeout``: the plugin's point budget, not the ini's ``timeout = 600``, bounds the
-test): a SIGSTOPped real server, a server that accepts and never answers, and one that drips a byte a
-second each get a ``hang`` verdict within 60 s, later points of that server are not run, and the
-server is torn down."""
+"""Hangs on the embedded default, end to end (``pytest acceptance/`` in a subprocess, no ``--timeout``: the
+plugin's point budget, not the ini's ``timeout = 600``, bounds the test): a SIGSTOPped real server at the default
+stall timeout (30 s) gets a ``hang`` verdict within 60 s; a server that accepts and never answers, and one that drips
+a byte a second, each get one within ``--sskj-stall-timeout`` plus start-up (5 s here: the same detector, without
+waiting out the default twice more -- issue 50); later points of that server are not run, and the server is torn
+down."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.slow  # hangs waiting out the default 30 s stall timeou
 
 ACCEPTANCE = Path(__file__).resolve().parents[2] / "acceptance"
 BOUND_S = 60.0
+STALL_S = 5.0
+"""The stall timeout the never-answers / drips targets run with (the SIGSTOP test keeps the default, 30 s)."""
 
 FREEZE = """
 import json, os, signal, threading, time
@@ -111,16 +114,16 @@ def test_a_sigstopped_server_is_a_hang_within_60_s_and_is_torn_down(
 
 
 @pytest.mark.parametrize("handler", [never_answers, drips], ids=["accepts-never-answers", "drips-1-byte-per-s"])
-def test_a_target_that_never_answers_or_drips_is_a_hang_within_60_s(
+def test_a_target_that_never_answers_or_drips_is_a_hang_within_the_stall_timeout(
     pytester: pytest.Pytester, handler: Handler
 ) -> None:
     with serve(handler) as url:
         t0 = time.time()
-        res = _run(pytester, "tgt", "--target-url", url, "--sskj-model", "m")
+        res = _run(pytester, "tgt", "--target-url", url, "--sskj-model", "m", "--sskj-stall-timeout", f"{STALL_S:g}")
         took = time.time() - t0
     print(f"{handler.__name__}: whole run {took:.1f} s")
     row = _row(pytester, "tgt", "parallel-chunk512-c8-r1")
     assert row["category"] == "hang", row
     assert "stalled" in row["reasons"][0], row["reasons"]
-    assert took < BOUND_S + 20.0, f"the whole run took {took:.1f} s"  # one 30 s stall plus pytest start-up
+    assert took < STALL_S + 40.0, f"the whole run took {took:.1f} s"  # one stall timeout plus start-up (~19 s here)
     res.stdout.fnmatch_lines(["SKIPPED [[]1[]] *: not run: server hung at parallel-chunk512-c8-r1"])
