@@ -12,6 +12,8 @@ The interface (everything callers use):
 - :func:`parse_margin` (``delta>=-1pt`` -> :class:`Margin`; :class:`MarginError` otherwise) and :func:`judge`
   ``(baseline, candidate, margin)`` -> :class:`AccuracyVerdict`: the paired non-inferiority test
   (``non-inferior`` / ``worse`` / ``inconclusive`` with the questions that would decide), :data:`METHOD_VERSION`.
+- :func:`pytest_sskj.accuracy.client.ask` (the questions through an engine's text API) and
+  :func:`pytest_sskj.accuracy.control.known_answer_file` (the known-answer control set).
 - :mod:`pytest_sskj.accuracy.generate`: CI's GSM-style items from reasoning-gym's GSM-Symbolic generators.
 
 Definitions: docs/accuracy.md.
