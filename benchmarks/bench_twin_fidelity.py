@@ -14,6 +14,7 @@ cell and figure, and a summary line per file (worst cell, cells within 1 %).  No
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -25,7 +26,14 @@ from pytest_sskj.twin.plugin import DATA
 SHIPPED = ("kimi3-pro6000", "kimi3-pro6000-worse", "kimi3-pro6000-equal")
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM ends the benchmark like Ctrl-C: the serving rank's ``finally`` stops it (it runs in its own session,
+    so without this a killed benchmark left its rank serving)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shipped", nargs="*", default=list(SHIPPED), help="shipped model names (default: %(default)s)")
     ap.add_argument("--generated", type=int, default=20, help="generated files, seeds 1..N (default: 20)")

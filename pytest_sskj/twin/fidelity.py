@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,13 +271,21 @@ def _number(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def serve_model(model_path: Path, out_dir: Path, *, repeats: int = 3, calibrated: bool = True) -> list[CellError]:
-    """Serve every ``serve`` cell of the file at its own concurrency (one rank per server); errors per cell.
-    ``calibrated=False`` serves with the calibration switched off (``SSKJ_TWIN_CALIBRATION=off``), a control."""
+def serve_model(
+    model_path: Path,
+    out_dir: Path,
+    *,
+    repeats: int = 3,
+    calibrated: bool = True,
+    only: Collection[Cell] | None = None,
+) -> list[CellError]:
+    """Serve every ``serve`` cell of the file (or those in ``only``) at its own concurrency (one rank per server);
+    errors per cell.  ``calibrated=False`` serves with the calibration switched off (``SSKJ_TWIN_CALIBRATION=off``),
+    a control."""
     model = load_model(model_path)
     servers: dict[tuple[Any, ...], list[Cell]] = {}
     for cell in model.cells:
-        if cell.role == "serve":
+        if cell.role == "serve" and (only is None or cell in only):
             servers.setdefault(_server_key(cell), []).append(cell)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []

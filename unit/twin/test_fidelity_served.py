@@ -40,8 +40,20 @@ def _served(tmp: Path, seed: int, *, calibrated: bool = True) -> tuple[str, list
 @example(seed=3)  # 24 requests at C=16 (ramp-heavy) with a C-dependence: 22 % off before the calibration
 @given(seed=st.integers(min_value=1, max_value=10**6))
 def test_every_cell_of_a_generated_model_is_served_within_1_percent(tmp_path: Path, seed: int) -> None:
+    """One repeat per cell; a cell beyond the bound is served again, 3 repeats, and judged by their median (the
+    bench's own statistic): one repeat can be thrown by the box -- seen once in CI, seed 3's flashinfer 8K C=16
+    cell at -2.22 % input TPS / +3.78 % TTFT P50 alone on the idle box, within 0.35 % in every other run -- a
+    systematic miss stays beyond it."""
     table, rows = _served(tmp_path, seed)
     off = [r for r in rows if r.worst > BOUND_PCT]
+    if off:
+        path = tmp_path / f"generated-{seed}.toml"
+        again = serve_model(path, tmp_path / f"served-{seed}-again", repeats=3, only=[r.cell for r in off])
+        retable = error_table(f"generated-{seed} (again, median of 3)", again)
+        attach_text(f"per-cell error, generated-{seed}, the cells served again", retable)
+        print(retable)
+        off = [r for r in again if r.worst > BOUND_PCT]
+        table = f"{table}\n\nserved again, median of 3 repeats:\n{retable}"
     assert not off, f"expected every figure within {BOUND_PCT} % of the file; {len(off)} cell(s) beyond:\n{table}"
 
 
