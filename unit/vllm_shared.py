@@ -69,7 +69,6 @@ class SharedVllm:
         self._failed: str | None = None
         self._proc: ManagedProcess | None = None
         self._server: RealVllm | None = None
-        self.starts = 0
 
     @pytest.fixture
     def real_vllm(self, tmp_path_factory: pytest.TempPathFactory) -> RealVllm:
@@ -90,7 +89,6 @@ class SharedVllm:
         env.pop("VLLM_SERVER_DEV_MODE", None)
         log = factory.mktemp("vllm-shared") / "vllm.log"
         self._proc = proc = ManagedProcess(argv, log, env=env)
-        self.starts += 1
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
         while probe(url, "/health", 5.0)[0] != 200:

@@ -221,6 +221,7 @@ def run_probe(
     """Send every probe prompt to ``url`` (``concurrency`` in flight) and collect the exact token ids."""
     import httpx
 
+    from pytest_sskj.accuracy.client import served_model
     from pytest_sskj.httpopts import client_options
 
     d = dialect(dialect_name)
@@ -230,7 +231,7 @@ def run_probe(
     t0 = time.perf_counter()
     with httpx.Client(timeout=timeout_s, **client_options(base)) as client:
         if dialect_name == "openai-token-ids" and not model:
-            model = _served_model(client, base)
+            model = served_model(client, base)
 
         def one(i: int) -> None:
             body = d.body(probes.prompts[i], probes.osl, probes.seed, model)
@@ -246,17 +247,6 @@ def run_probe(
             list(ex.map(one, range(len(probes.prompts))))
     wall = time.perf_counter() - t0
     return Probe(role, dialect_name, concurrency, probes.osl, probes.seed, round(wall, 4), tokens, errors, point_id)
-
-
-def _served_model(client: Any, base: str) -> str | None:
-    """The first model ``/v1/models`` lists (an OpenAI server wants one); ``None`` when it lists none."""
-    import httpx
-
-    try:
-        data = client.get(base + "/v1/models").json().get("data") or []
-        return str(data[0]["id"]) if data else None
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
 
 
 def save_probe(point_dir: Path, probe: Probe) -> Path:

@@ -112,7 +112,7 @@ def ask(
     t0 = time.perf_counter()
     with httpx.Client(timeout=timeout_s, **client_options(base)) as client:
         if dialect_name == "openai-token-ids" and not model:
-            model = _served_model(client, base)
+            model = served_model(client, base)
 
         def one(it: Item) -> None:
             try:
@@ -129,7 +129,9 @@ def ask(
     return out
 
 
-def _served_model(client: Any, base: str) -> str | None:
+def served_model(client: Any, base: str) -> str | None:
+    """The first model ``/v1/models`` lists (an OpenAI server wants one); ``None`` when it lists none.  Also what the
+    output-agreement probes ask (:mod:`pytest_sskj.acceptance.agreement_dialects`)."""
     import httpx
 
     try:

@@ -16,31 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_shared import vllm_venv
 
 from pytest_sskj.engines.vllm import MOE_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIRED = os.environ.get("SSKJ_REQUIRE_VLLM", "") == "1"
 
 
 pytestmark = pytest.mark.slow  # a real vLLM server (a minute or more to load on a CPU box)
-
-
-def _venv() -> tuple[Path, Path]:
-    venv = os.environ.get("SSKJ_VLLM_VENV", "")
-    reason = None
-    if not venv:
-        reason = "SSKJ_VLLM_VENV is not set (a venv made by .ci/install_vllm.sh VENV)"
-    elif not (Path(venv) / "bin" / "python").is_file():
-        reason = f"SSKJ_VLLM_VENV={venv} has no bin/python (run .ci/install_vllm.sh {venv})"
-    model = Path(os.environ.get("SSKJ_VLLM_MODEL") or Path(venv) / "tiny-llama")
-    if reason is None and not (model / "config.json").is_file():
-        reason = f"no tiny model at {model} (python -m pytest_sskj.models.tiny_llama --out {model})"
-    if reason is not None:
-        if REQUIRED:
-            pytest.fail(f"SSKJ_REQUIRE_VLLM=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
-    return Path(venv) / "bin" / "python", model
 
 
 _CHOICES_PY = """
@@ -56,7 +39,7 @@ print(json.dumps({"choices": sorted(a.choices), "default": a.default, "version":
 
 
 def test_moe_backends_are_the_installed_vllms_own_choices() -> None:
-    python, _ = _venv()
+    python, _ = vllm_venv()
     res = subprocess.run([str(python), "-c", _CHOICES_PY], capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
@@ -75,7 +58,7 @@ def _rows(run: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(1800)
 def test_acceptance_flow_on_the_real_vllm_server(tmp_path: Path) -> None:
-    python, model = _venv()
+    python, model = vllm_venv()
     reports = tmp_path / "reports"
     argv = [
         sys.executable,
@@ -144,7 +127,7 @@ def test_acceptance_flow_on_the_real_vllm_server(tmp_path: Path) -> None:
 def test_a_backend_the_installed_vllm_lacks_fails_at_launch_naming_the_accepted_values(tmp_path: Path) -> None:
     """Our list passes ``marlin``; the argument a different vLLM version would not know reaches the engine
     through ``--sskj-server-arg`` (argparse: the last ``--moe-backend`` wins) and must fail the launch loudly."""
-    python, model = _venv()
+    python, model = vllm_venv()
     argv = [
         sys.executable,
         "-m",
@@ -191,7 +174,7 @@ print(json.dumps({"vocab": len(tok), "special": [tok.bos_token, tok.eos_token, t
 
 @pytest.mark.timeout(600)
 def test_tiny_model_is_deterministic_and_loads_offline(tmp_path: Path) -> None:
-    python, _ = _venv()
+    python, _ = vllm_venv()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     dirs = [tmp_path / "a", tmp_path / "b"]
     for d in dirs:
