@@ -24,6 +24,8 @@ from pytest_sskj.redact import REDACTED, redact_argv, redact_url, url_without_us
 
 if TYPE_CHECKING:
     from pytest_sskj.acceptance.agreement import AgreementGate
+    from pytest_sskj.accuracy.gate import Margin
+    from pytest_sskj.accuracy.options import SetRef
     from pytest_sskj.deploy.layouts import Layout
     from pytest_sskj.deploy.topology import Topology
     from pytest_sskj.options import Option
@@ -127,6 +129,14 @@ class Settings:
     run_cpus: tuple[int, ...] = ()
     """The cores this run may use, read when the settings were built (before a CPU partition pins anything):
     what :func:`pytest_sskj.server.cpus.launch_partition` splits between the client and a local server."""
+    accuracy_set: SetRef | None = None
+    """``--sskj-accuracy-set``: the question file as checked at parse time (``None``: no accuracy tests)."""
+    accuracy_questions: int = 64
+    accuracy_concurrencies: tuple[int, ...] = (1, 8)
+    accuracy_extract: str = "flexible"
+    accuracy_max_tokens: int = 256
+    accuracy_min: Margin | None = None
+    """``--sskj-accuracy-min``: the non-inferiority margin of every candidate (``None``: scores only)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Where each setting came from: ``cli``, ``env``, ``ini``, ``profile``, ``engine`` or ``default``."""
 
@@ -164,6 +174,8 @@ class Settings:
         d["ssh_config"] = str(self.ssh_config) if self.ssh_config else None
         d["slo"] = [str(g) for g in self.slo]
         d["agreement_min"] = [str(g) for g in self.agreement_min]
+        d["accuracy_set"] = self.accuracy_set.as_dict() if self.accuracy_set else None
+        d["accuracy_min"] = str(self.accuracy_min) if self.accuracy_min else None
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
         d["server_args"] = redact_argv(self.server_args)  # --api-key V and --api-key=V
         d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pytest_sskj import combination, engines, profile, slo, validate
 from pytest_sskj.acceptance import agreement
 from pytest_sskj.acceptance import options as acceptance_options
+from pytest_sskj.accuracy import options as accuracy_options
 from pytest_sskj.deploy import layouts
 from pytest_sskj.deploy import options as deploy_options
 from pytest_sskj.gpu import options as gpu_options
@@ -29,6 +30,7 @@ SUBSYSTEMS = (
     server_options,
     deploy_options,
     acceptance_options,
+    accuracy_options,
     gpu_options,
     report_options,
     history_options,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sskj.acceptance import matrix
+from pytest_sskj.acceptance import accuracy, matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.session import ACCEPTANCE_KEY, Acceptance, SiteDefaults, get_acceptance
 from pytest_sskj.acceptance.summary import overhead_line, summary_lines  # imported early, not at session end
@@ -44,6 +44,8 @@ PARAMS = (
     "sskj_comparison",
     "sskj_curve",
     "sskj_search_config",
+    "sskj_accuracy",
+    "sskj_accuracy_comparison",
 )
 """The parameters this plugin generates, in the order their tests run."""
 
@@ -114,6 +116,8 @@ _GENERATED: Mapping[str, tuple[Callable[[Settings], Sequence[Any]], Callable[[An
     "sskj_comparison": (matrix.comparisons, lambda c: c.id, "no-candidate"),
     "sskj_curve": (matrix.curves, lambda c: c.id, "no-points"),
     "sskj_search_config": (matrix.search_configs, _search_id, "none"),
+    "sskj_accuracy": (accuracy.keys, lambda k: k.id, "no-questions"),
+    "sskj_accuracy_comparison": (accuracy.comparisons, lambda c: c.id, "no-candidate"),
 }
 """Each parameter of :data:`PARAMS`: its values from the settings, a value's test id, the id of "none"."""
 
@@ -190,7 +194,7 @@ def _deselect_not_applicable(config: pytest.Config, settings: Settings, items: l
     for it in items:
         params = getattr(getattr(it, "callspec", None), "params", {})
         for name, value in params.items():
-            why = matrix.not_applicable(settings, name, value)
+            why = (accuracy.not_applicable if name in accuracy.PARAMS else matrix.not_applicable)(settings, name, value)
             if why is not None:
                 na[it.nodeid] = why
                 gone.append(it)

@@ -299,7 +299,24 @@ class PointRunner:
         self._finish(outcome)
         if outcome.passed and server is not None:
             self._agreement_probes(point, server)
+            self._accuracy_questions(point, server)
         return outcome
+
+    def _accuracy_questions(self, point: Point, server: Serving) -> None:
+        """Accuracy: the fixed questions, if this point's server is its arm's host (acceptance/accuracy.py)."""
+        from pytest_sskj.acceptance.accuracy import ask_point, host_point
+        from pytest_sskj.engines import get_engine
+        from pytest_sskj.report import allure
+
+        s = self.settings
+        if s.accuracy_set is None or point != host_point(s, point.backend, point.layout):
+            return
+        at = ",".join(map(str, s.accuracy_concurrencies))
+        what = f"{s.accuracy_questions} {s.accuracy_set.name} questions at C={at}"
+        with allure.step(f"accuracy questions ({what})"):
+            model = self.workload(point).model
+            dialect = get_engine(s.engine).token_ids
+            ask_point(s, point, server.urls[0], dialect, self.store.point_dir(point.id), model)
 
     def _agreement_probes(self, point: Point, server: Serving) -> None:
         """Output agreement: this point's greedy probes (if it runs any) while its server is still up (the

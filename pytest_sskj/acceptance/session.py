@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from pytest_sskj.acceptance import accuracy as acc
 from pytest_sskj.acceptance import matrix
+from pytest_sskj.acceptance.accuracy import AccuracyComparison, AccuracyKey
 from pytest_sskj.acceptance.agreement import AgreementVerdict
 from pytest_sskj.acceptance.comparability import fact_differences, spec_differences
 from pytest_sskj.acceptance.compare import DECIDED, RepeatSample, Verdict, compare
@@ -368,6 +370,24 @@ class Acceptance:
         if agr.passed is False:
             out["passed"] = False
         return out
+
+    def accuracy(self, key: AccuracyKey, test_id: str = "") -> dict[str, Any]:
+        """The ``accuracy`` verdict of one arm at one accuracy concurrency (its host point served now if no test
+        has yet), recorded like every verdict."""
+        v = acc.score_verdict(key, *self._accuracy_side(key.backend, key.layout))
+        self.record({**v, "test_id": test_id})
+        return self.verdicts[-1]
+
+    def accuracy_gate(self, comp: AccuracyComparison, test_id: str = "") -> dict[str, Any]:
+        """The ``accuracy_gate`` verdict of a candidate arm against the baseline, recorded like every verdict."""
+        sides = tuple(self._accuracy_side(b, comp.layout)[1:] for b in (comp.baseline, comp.candidate))
+        self.record({**acc.gate_verdict(comp, self.settings, sides), "test_id": test_id})
+        return self.verdicts[-1]
+
+    def _accuracy_side(self, backend: str, layout: str | None) -> tuple[Point, Path, str]:
+        host = acc.host_point(self.settings, backend, layout)
+        out = self.serve(host)
+        return host, self.store.point_dir(host.id), acc.absent(host, out.status, out.message)
 
     def curve(self, key: CurveKey, test_id: str = "") -> Curve:
         rows = {cfg.chunk: [o.row for o in self.repeats(cfg)] for cfg in key.configs()}

@@ -29,6 +29,8 @@ Kind = Literal[
     "ssh_options",
     "slo",
     "agreement",
+    "accuracy_set",
+    "accuracy_margin",
     "size_seq",
     "layouts",
     "url",

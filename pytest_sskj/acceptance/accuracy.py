@@ -1,0 +1,232 @@
+"""Accuracy in the acceptance run (issue 51): each arm's server answers the fixed questions while it is up, and two
+verdict kinds judge them -- ``accuracy`` (one arm's exact-match score at one accuracy concurrency; it fails when a
+question went unanswered) and ``accuracy_gate`` (a candidate's paired non-inferiority against the baseline at
+``--sskj-accuracy-min``; docs/accuracy.md).
+
+Which server answers: the arm's *host point*, its first serving point (repeat 1 at the first chunk, the first
+concurrency and the first shape; one per layout).  Its answers are kept in that point's folder, one JSON line per
+question (``accuracy-c<C>.jsonl``) and a summary (``accuracy-c<C>.json``: the set's manifest, the API, the wall
+time, the score).
+
+The interface: :class:`AccuracyKey`, :class:`AccuracyComparison`, :func:`keys`, :func:`comparisons`,
+:func:`host_point`, :func:`ask_point` (the runner, while the point's server is up), :func:`score_verdict` and
+:func:`gate_verdict` (the session, when the test asks).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_sskj.acceptance.matrix import Point, arm_backend, arms, dimensions
+
+if TYPE_CHECKING:
+    from pytest_sskj.accuracy.score import Graded
+    from pytest_sskj.settings import Settings
+
+__all__ = [
+    "PARAMS",
+    "AccuracyComparison",
+    "AccuracyKey",
+    "absent",
+    "ask_point",
+    "comparisons",
+    "gate_verdict",
+    "host_point",
+    "keys",
+    "not_applicable",
+    "score_verdict",
+]
+
+
+PARAMS = ("sskj_accuracy", "sskj_accuracy_comparison")
+"""The acceptance parameters of the accuracy tests (their deselection reasons are :func:`not_applicable`'s)."""
+
+
+@dataclass(frozen=True)
+class AccuracyKey:
+    """One arm's questions at one accuracy concurrency: ``parallel-acc-c8``."""
+
+    backend: str
+    concurrency: int
+    layout: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.layout + '-' if self.layout else ''}{self.backend}-acc-c{self.concurrency}"
+
+
+@dataclass(frozen=True)
+class AccuracyComparison:
+    """A candidate arm's answers vs the baseline's at one accuracy concurrency: ``q8_0-vs-parallel-acc-c8``."""
+
+    baseline: str
+    candidate: str
+    concurrency: int
+    layout: str | None = None
+
+    @property
+    def id(self) -> str:
+        pre = f"{self.layout}-" if self.layout else ""
+        return f"{pre}{self.candidate}-vs-{self.baseline}-acc-c{self.concurrency}"
+
+    @property
+    def is_control(self) -> bool:
+        """The baseline's backend named twice (``parallel,parallel``): the A/A control of the gate."""
+        return arm_backend(self.candidate) == arm_backend(self.baseline)
+
+
+def _layouts(s: Settings) -> list[str | None]:
+    return list(dict.fromkeys(lay for lay, _ in dimensions(s)))
+
+
+def keys(s: Settings) -> list[AccuracyKey]:
+    """Every arm's questions at every accuracy concurrency (none without a question set or serving points)."""
+    if s.accuracy_set is None or not s.concurrencies:
+        return []
+    return [AccuracyKey(b, c, lay) for lay in _layouts(s) for c in s.accuracy_concurrencies for b in arms(s.backends)]
+
+
+def comparisons(s: Settings) -> list[AccuracyComparison]:
+    """Every candidate arm against the baseline at every accuracy concurrency (A/A controls first)."""
+    if s.accuracy_set is None or not s.concurrencies:
+        return []
+    out = [
+        AccuracyComparison(s.baseline, cand, c, lay)
+        for lay in _layouts(s)
+        for c in s.accuracy_concurrencies
+        for cand in arms(s.backends)[1:]
+    ]
+    return sorted(out, key=lambda x: (_layouts(s).index(x.layout), x.concurrency, not x.is_control))
+
+
+def host_point(s: Settings, backend: str, layout: str | None) -> Point:
+    """The serving point whose server answers ``backend``'s questions (one per layout)."""
+    shape = next(sh for lay, sh in dimensions(s) if lay == layout)
+    chunk = s.chunks[0] if s.chunks else None
+    return Point(backend, chunk, s.concurrencies[0], 1, s.repeats, "serve", layout, shape)
+
+
+def _no_set(s: Settings) -> str | None:
+    if s.accuracy_set is None:
+        return (
+            "no question set (--sskj-accuracy-set none): accuracy is not judged in this job; judge it with "
+            "--sskj-accuracy-set gsm8k=PATH (docs/accuracy.md)"
+        )
+    if not s.concurrencies:
+        return "no fixed-concurrency points (no --concurrency): no server is up for the questions"
+    return None
+
+
+def not_applicable(s: Settings, param: str, value: object) -> str | None:
+    """Why ``test_accuracy`` / ``test_accuracy_gate`` does not apply to this run (``None``: it does)."""
+    why = _no_set(s)
+    if why is not None or param == "sskj_accuracy":
+        return why
+    if value is None:
+        return f"one backend ({','.join(s.backends)}): no accuracy A/B; give a baseline and a candidate"
+    if s.accuracy_min is None:
+        return (
+            "no accuracy margin (--sskj-accuracy-min none): each backend's score is recorded, no candidate is "
+            "judged; judge them with --sskj-accuracy-min delta>=-1pt"
+        )
+    return None
+
+
+# -- asking (the runner, while the host point's server is up) ------------------------------------------------
+def ask_point(s: Settings, point: Point, url: str, dialect: str, out_dir: Path, model: str | None) -> list[str]:
+    """Ask the fixed questions at every accuracy concurrency if ``point`` is its arm's host point; keep the answers
+    and the summary in ``out_dir``.  Returns one line per concurrency asked (empty: not a host point)."""
+    from pytest_sskj.accuracy import grade_all, score
+    from pytest_sskj.accuracy.client import ask, save_answers
+    from pytest_sskj.rundir import atomic_write_json
+
+    if s.accuracy_set is None or point.kind != "serve" or point != host_point(s, point.backend, point.layout):
+        return []
+    qs = s.accuracy_set.read()
+    items = qs.subset(s.accuracy_questions)
+    lines = []
+    for c in s.accuracy_concurrencies:
+        answers = ask(url, dialect, items, concurrency=c, max_tokens=s.accuracy_max_tokens, model=model)
+        graded = grade_all(items, answers.completions, s.accuracy_extract)
+        sc = score(graded, s.accuracy_extract)
+        save_answers(out_dir / f"accuracy-c{c}.jsonl", items, answers, graded)
+        errors = sorted(answers.errors.items())
+        atomic_write_json(
+            out_dir / f"accuracy-c{c}.json",
+            {
+                "set": qs.manifest(items),
+                "api": dialect,
+                "concurrency": c,
+                "max_tokens": s.accuracy_max_tokens,
+                "wall_s": answers.wall_s,
+                "score": {**sc.__dict__, "line": sc.line()},
+                "errors": [f"record {i}: {e}" for i, e in errors[:5]],
+            },
+        )
+        lines.append(f"C={c}: {sc.line()} in {answers.wall_s:.1f} s")
+    return lines
+
+
+# -- judging (the session, when a test asks) -----------------------------------------------------------------
+def _read(point_dir: Path, c: int) -> tuple[dict[str, Any], list[Graded]] | None:
+    from pytest_sskj.accuracy.score import Graded
+
+    summary, answers = point_dir / f"accuracy-c{c}.json", point_dir / f"accuracy-c{c}.jsonl"
+    if not summary.is_file() or not answers.is_file():
+        return None
+    graded = []
+    for line in answers.read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        graded.append(Graded(int(r["index"]), r["extracted"], str(r["reference"]), bool(r["correct"]),
+                             missing=r["completion"] is None))  # fmt: skip
+    return json.loads(summary.read_text(encoding="utf-8")), graded
+
+
+def absent(host: Point, status: str, message: str) -> str:
+    """Why ``host`` kept no answers (its status and message, as its outcome has them)."""
+    if status != "passed":
+        return f"{host.id} did not pass ({message.splitlines()[0] if message else status}): no server answered"
+    return f"{host.id} kept no answers (measured before --sskj-accuracy-set was given, e.g. a resumed point)"
+
+
+def score_verdict(key: AccuracyKey, host: Point, point_dir: Path, why_absent: str) -> dict[str, Any]:
+    """The ``accuracy`` verdict of one arm at one accuracy concurrency from its host point's folder
+    (``why_absent``: what to say when the folder holds no answers)."""
+    base = {"kind": "accuracy", "id": key.id, "backend": key.backend, "concurrency": key.concurrency,
+            "layout": key.layout, "host_point": host.id}  # fmt: skip
+    found = _read(point_dir, key.concurrency)
+    if found is None:
+        return {**base, "passed": None, "outcome": "error", "message": why_absent}
+    summary, _ = found
+    sc: Mapping[str, Any] = summary["score"]
+    missing = int(sc["missing"])
+    msg = f"{key.backend} at C={key.concurrency}: {sc['line']} ({summary['set']['name']}, {summary['api']} API)"
+    if missing:
+        msg += f"; {missing} question(s) unanswered, e.g. {'; '.join(summary['errors'][:2])}"
+    return {**base, "passed": missing == 0, "outcome": "answered" if missing == 0 else "unanswered",
+            "message": msg, "set": summary["set"], "score": dict(sc), "wall_s": summary["wall_s"],
+            "api": summary["api"], "max_tokens": summary["max_tokens"]}  # fmt: skip
+
+
+def gate_verdict(comp: AccuracyComparison, s: Settings, sides: tuple[tuple[Path, str], ...]) -> dict[str, Any]:
+    """The ``accuracy_gate`` verdict: the candidate's paired non-inferiority against the baseline (``sides``: the
+    baseline's and the candidate's host point folders, each with what to say when it holds no answers)."""
+    from pytest_sskj.accuracy.gate import METHOD_VERSION, judge
+
+    base = {"kind": "accuracy_gate", "id": comp.id, "baseline": comp.baseline, "candidate": comp.candidate,
+            "concurrency": comp.concurrency, "layout": comp.layout, "control": comp.is_control,
+            "margin": str(s.accuracy_min), "method": METHOD_VERSION, "extraction": s.accuracy_extract}  # fmt: skip
+    read = [_read(d, comp.concurrency) for d, _ in sides]
+    if read[0] is None or read[1] is None or s.accuracy_min is None:
+        gone = [why for (_, why), r in zip(sides, read, strict=True) if r is None] or ["no margin"]
+        return {**base, "passed": None, "outcome": "error", "message": "; ".join(gone)}
+    v = judge(read[0][1], read[1][1], s.accuracy_min)
+    subject = f"accuracy of {comp.candidate} vs {comp.baseline} at C={comp.concurrency}"
+    passed = v.outcome != "worse" if comp.is_control else v.passed
+    return {**base, "passed": passed, "outcome": v.outcome, "message": f"{subject}: {v.message}",
+            "delta_pt": v.delta_pt, "ci95_pt": list(v.ci95_pt) if v.ci95_pt else None,
+            "questions_needed": v.needed, "pairs": v.pairs.__dict__}  # fmt: skip
