@@ -34,6 +34,7 @@ __all__ = [
     "absent",
     "ask_point",
     "comparisons",
+    "dry_run_lines",
     "gate_verdict",
     "host_point",
     "keys",
@@ -134,6 +135,37 @@ def not_applicable(s: Settings, param: str, value: object) -> str | None:
             "judged; judge them with --sskj-accuracy-min delta>=-1pt"
         )
     return None
+
+
+def dry_run_lines(s: Settings) -> list[str]:
+    """The plan's accuracy lines: the set, the questions each arm answers and where, the margin and whether the
+    questions can decide it at all (with identical answers the interval's own half-width is the floor)."""
+    from pytest_sskj.accuracy.gate import Pairs, questions_needed
+    from pytest_sskj.accuracy.score import Z95
+
+    if s.accuracy_set is None:
+        return []
+    ref, n, cs = s.accuracy_set, s.accuracy_questions, s.accuracy_concurrencies
+    arm_list = arms(s.backends)
+    hosts = ", ".join(host_point(s, b, lay).id for lay in _layouts(s) for b in arm_list) if s.concurrencies else ""
+    where = hosts or "no server (no fixed-concurrency points)"
+    total = n * len(cs) * len(arm_list)
+    at = ",".join(map(str, cs))
+    lines = [
+        f"accuracy: {ref} ({ref.records} records, sha256 {ref.sha256[:12]}...): {n} questions x C={at} x "
+        f"{len(arm_list)} arm(s) = {total} greedy requests of at most {s.accuracy_max_tokens} tokens, "
+        f"{s.accuracy_extract} extraction; asked on {where}",
+    ]
+    if s.accuracy_min is None:
+        return [*lines, "accuracy gate: none (--sskj-accuracy-min): scores recorded, no candidate judged"]
+    floor = 100 * Z95 / (n + 2)
+    need = questions_needed(Pairs(n, 0, 0, 0), s.accuracy_min)
+    decide = (
+        f"{n} identical answers would decide it (the interval's floor is {floor:.1f} pt)"
+        if floor <= s.accuracy_min.points
+        else f"{n} questions cannot decide it even with identical answers (floor {floor:.1f} pt; about {need} would)"
+    )
+    return [*lines, f"accuracy gate: {s.accuracy_min} per candidate and C, paired non-inferiority: {decide}"]
 
 
 # -- asking (the runner, while the host point's server is up) ------------------------------------------------

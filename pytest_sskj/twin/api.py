@@ -34,6 +34,21 @@ def _text(ids: list[int]) -> str:
     return "".join(f" t{i}" for i in ids)
 
 
+def text_ids(text: str) -> list[int]:
+    """The stand-in's tokenizer: one token per 4 bytes of UTF-8 (about a real tokenizer's rate on English)."""
+    data = text.encode()
+    return [int.from_bytes(data[i : i + 4], "big") % 151_000 for i in range(0, len(data), 4)] or [0]
+
+
+def _words(answer: str, n: int) -> str:
+    """The first ``n`` tokens of an answer (one token per word)."""
+    return "".join(f" {w}" for w in answer.split()[:n])
+
+
+NO_QUESTION = " I cannot tell which question this is."
+"""A text prompt that is not one of the answer key's questions gets no number."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     info: ClassVar[dict[str, Any]] = {}
@@ -42,6 +57,9 @@ class _Handler(BaseHTTPRequestHandler):
     kv_wait_s: float = 600.0
     on_request: Callable[[], None] | None = None
     """Called once per generation request received (the model's ``[[faults]]`` count them)."""
+    answers: Callable[[str], str | None] | None = None
+    """The greedy answer to a text prompt (:class:`~pytest_sskj.twin.answers.AnswerKey` of this rank's backend);
+    ``None``: the rank has no answer key and refuses text prompts."""
 
     def log_message(self, *args: object) -> None:
         pass
@@ -139,20 +157,36 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         if self.on_request is not None:
             self.on_request()
-        prompt = body.get("input_ids") if path == "/generate" else body.get("prompt")
-        if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
-            self._json({"error": {"message": "the stand-in takes token-id prompts (input_ids / prompt)"}}, 400)
+        prompt, answer, error = self._prompt(path, body)
+        if error:
+            self._json({"error": {"message": error}}, 400)
             return
         sp = body.get("sampling_params") or {}
         max_new = int(sp.get("max_new_tokens", 128) if path == "/generate" else body.get("max_tokens", 16))
+        if answer is not None:
+            max_new = max(1, min(max_new, len(answer.split())))
         req = self._submit(prompt, max_new, body)
         if req is None:
             self._json({"error": {"message": f"KV of room {body.get('bootstrap_room')} never arrived"}}, 500)
             return
         if path == "/generate":
-            self._generate(req, bool(body.get("stream")))
+            self._generate(req, bool(body.get("stream")), answer)
         else:
-            self._completions(req, body)
+            self._completions(req, body, answer)
+
+    def _prompt(self, path: str, body: dict[str, Any]) -> tuple[list[int], str | None, str]:
+        """The request's token ids, the answer of a text prompt (``None``: a token-id prompt) and an error
+        (``""``: none): ``/generate`` takes ``input_ids`` or ``text``, ``/v1/completions`` a ``prompt`` of either."""
+        prompt = body.get("input_ids") if path == "/generate" else body.get("prompt")
+        text = body.get("text") if path == "/generate" else prompt
+        if isinstance(text, str) and text:
+            if self.answers is None:
+                why = "text prompts are answered only with an answer key (SSKJ_TWIN_ANSWERS: --sskj-accuracy-set)"
+                return [], None, f"the stand-in takes token-id prompts; {why}"
+            return text_ids(text), self.answers(text) or NO_QUESTION, ""
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
+            return [], None, "the stand-in takes token-id prompts (input_ids / prompt)"
+        return prompt, None, ""
 
     def _submit(self, prompt: list[int], max_new: int, body: dict[str, Any]) -> Request | None:
         eng = self.engine
@@ -183,38 +217,43 @@ class _Handler(BaseHTTPRequestHandler):
             meta["e2e_latency"] = time.perf_counter() - req.arrival
         return meta
 
-    def _generate(self, req: Request, stream: bool) -> None:
+    def _generate(self, req: Request, stream: bool, answer: str | None = None) -> None:
         rid = uuid.uuid4().hex
         if not stream:
             while not req.events.get()[1]:
                 pass
             ids = req.output_ids
-            self._json({"text": _text(ids), "output_ids": ids, "meta_info": self._meta(req, True, rid)})
+            text = _text(ids) if answer is None else _words(answer, len(ids))
+            self._json({"text": text, "output_ids": ids, "meta_info": self._meta(req, True, rid)})
             return
         self._sse_start()
         while True:
             n, done = _latest(req)
             ids = token_ids(req.prompt, n)
-            self._sse({"text": _text(ids), "output_ids": ids, "meta_info": self._meta(req, done, rid)})
+            text = _text(ids) if answer is None else _words(answer, n)
+            self._sse({"text": text, "output_ids": ids, "meta_info": self._meta(req, done, rid)})
             if done:
                 break
         self._sse_end()
 
-    def _completions(self, req: Request, body: dict[str, Any]) -> None:
+    def _completions(self, req: Request, body: dict[str, Any], answer: str | None = None) -> None:
         rid, model = f"cmpl-{uuid.uuid4().hex}", body.get("model") or self.info.get("served_model_name")
         usage = {"prompt_tokens": len(req.prompt)}
         if not body.get("stream"):
             while not req.events.get()[1]:
                 pass
             ids = req.output_ids
-            choice = {"index": 0, "text": _text(ids), "finish_reason": "length", "logprobs": None}
+            text = _text(ids) if answer is None else _words(answer, len(ids))
+            choice = {"index": 0, "text": text, "finish_reason": "length", "logprobs": None}
             usage.update(completion_tokens=len(ids), total_tokens=len(ids) + len(req.prompt))
             self._json({"id": rid, "object": "text_completion", "model": model, "choices": [choice], "usage": usage})
             return
         self._sse_start()
         while True:
             n, done = req.events.get()
-            choice = {"index": 0, "text": f" t{token_ids(req.prompt, n)[-1]}", "logprobs": None}
+            word = (answer.split()[n - 1 : n] or [""])[0] if answer is not None and n else ""
+            piece = f" {word}" if answer is not None else f" t{token_ids(req.prompt, n)[-1]}"
+            choice = {"index": 0, "text": piece, "logprobs": None}
             choice["finish_reason"] = "length" if done else None
             self._sse({"id": rid, "object": "text_completion", "model": model, "choices": [choice]})
             if done:
@@ -255,12 +294,15 @@ def serve(
     engine: ServingEngine | None,
     log: Callable[[str], None],
     on_request: Callable[[], None] | None = None,
+    answers: Callable[[str], str | None] | None = None,
 ) -> list[Any]:
     """Start this rank's HTTP server(s); returns them (``shutdown()`` each at exit).
 
-    ``on_request`` is called once per ``/generate`` or ``/v1/completions`` request received."""
+    ``on_request`` is called once per ``/generate`` or ``/v1/completions`` request received; ``answers`` gives
+    the greedy answer to a text prompt (``None``: text prompts are refused)."""
     hook = staticmethod(on_request) if on_request is not None else None  # a plain function, not a method
-    attrs = {"info": info, "engine": engine, "rank": a.node_rank, "on_request": hook}
+    answer_hook = staticmethod(answers) if answers is not None else None
+    attrs = {"info": info, "engine": engine, "rank": a.node_rank, "on_request": hook, "answers": answer_hook}
     handler = type("Handler", (_Handler,), attrs)
     servers = [_start(a.host, a.port, handler)]
     if engine is not None and engine.role == "prefill":

@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ __all__ = [
     "CellError",
     "error_table",
     "generate_model",
+    "rank_server",
     "serve_model",
     "shapes",
     "write_model",
@@ -194,19 +195,23 @@ def _server_argv(cell: Cell, port: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def _rank(model_path: Path, cell: Cell, log: Path, *, calibrated: bool = True) -> Iterator[str]:
-    """A real stand-in rank serving ``cell``'s server, as ``python -m sglang.launch_server`` on a twin node."""
+def rank_server(
+    model_path: Path, cell: Cell, log: Path, *, calibrated: bool = True, env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """A real stand-in rank serving ``cell``'s server, as ``python -m sglang.launch_server`` on a twin node (``env``:
+    more of its environment, e.g. ``SSKJ_TWIN_ANSWERS``); yields its URL."""
     import httpx
 
     from pytest_sskj.httpopts import client_options
 
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SHIM), os.environ.get("PYTHONPATH", "")]),
-           "SSKJ_TWIN_MODEL": str(model_path), "SSKJ_TWIN_CALIBRATION": "on" if calibrated else "off"}  # fmt: skip
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SHIM), os.environ.get("PYTHONPATH", "")]),
+            "SSKJ_TWIN_MODEL": str(model_path), "SSKJ_TWIN_CALIBRATION": "on" if calibrated else "off",
+            **(env or {})}  # fmt: skip
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sglang.launch_server", *_server_argv(cell, port)],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=out, stderr=subprocess.STDOUT, env=full, start_new_session=True,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -290,7 +295,7 @@ def serve_model(
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for i, cells in enumerate(servers.values()):
-        with _rank(model_path, cells[0], out_dir / f"rank-{i}.log", calibrated=calibrated) as url:
+        with rank_server(model_path, cells[0], out_dir / f"rank-{i}.log", calibrated=calibrated) as url:
             for cell in sorted(cells, key=lambda c: (c.isl, c.concurrency)):
                 results.append(_serve_cell(url, model, cell, out_dir / f"server{i}-c{cell.concurrency}", repeats))
     return results

@@ -60,7 +60,9 @@ FIGURE_KEYS = (
     "note",
 )
 CELL_KEYS = (*MATCH_KEYS, *FIGURE_KEYS)
-_TOP_KEYS = ("name", "description", "source", "time_scale", "seed", "workload", "defaults", "cells", "faults")
+_TOP_KEYS = (
+    "name", "description", "source", "time_scale", "seed", "workload", "defaults", "cells", "faults", "accuracy",
+)  # fmt: skip
 FAULT_KEYS = ("role", "node_rank", "after_requests", "lines")
 _Z95 = 1.6448536269514722
 TPOT_ORDER_SEED = 11
@@ -157,6 +159,9 @@ class TwinModel:
     default_tpot_ms: float
     description: str = ""
     faults: tuple[Fault, ...] = ()
+    accuracy: Mapping[str, float] = field(default_factory=dict)
+    """``[accuracy]``: the fraction of the accuracy questions each backend answers right (docs/twin.md); a backend
+    not named answers every question right."""
 
     def candidates(self, facts: Mapping[str, Any]) -> list[Cell]:
         """The cells of a server with these facts (role, tp, ep, dp, pp, backend, chunk)."""
@@ -486,6 +491,7 @@ def load_model(path: Path) -> TwinModel:
     if not isinstance(faults_raw, list):
         raise ModelError(f"{where}: faults must be [[faults]] tables")
     faults = tuple(_fault(f, f"{where}, fault {i + 1}") for i, f in enumerate(faults_raw))
+    accuracy = _accuracy(raw.get("accuracy", {}), where)
     return TwinModel(
         name=str(raw.get("name", path.stem)),
         path=path,
@@ -495,4 +501,17 @@ def load_model(path: Path) -> TwinModel:
         default_tpot_ms=tpot,
         description=str(raw.get("description", "")),
         faults=faults,
+        accuracy=accuracy,
     )
+
+
+def _accuracy(raw: Any, where: str) -> dict[str, float]:
+    """``[accuracy]``: backend name -> fraction of questions answered right, each in [0, 1]."""
+    if not isinstance(raw, Mapping):
+        raise ModelError(f"{where}: accuracy must be a table of backend = fraction (e.g. marlin = 0.93), got {raw!r}")
+    out = {}
+    for backend, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1:
+            raise ModelError(f"{where}, [accuracy]: {backend} must be a fraction in [0, 1] (0.93 = 93 %), got {v!r}")
+        out[str(backend)] = float(v)
+    return out

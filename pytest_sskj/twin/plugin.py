@@ -10,6 +10,8 @@ environment (exported by the launcher's bootstrap script, never on a command lin
   file system, as the real nodes share their NFS);
 - ``SSKJ_TWIN_MODEL`` = the performance model the ranks serve (``--sskj-twin-model`` / ``SSKJ_TWIN_MODEL``:
   a file, or the name of a shipped one in ``pytest_sskj/twin/data``; default :data:`DEFAULT_MODEL`);
+- ``SSKJ_TWIN_ANSWERS`` = the run's ``--sskj-accuracy-set`` file when it asks accuracy questions (the stand-in's
+  answer key; the model file's ``[accuracy]`` says how many each backend gets right);
 - ``SSKJ_TWIN_SGLANG_PYTHON`` = ``SSKJ_SGLANG_PYTHON`` when it is set: rank 0 then parses and resolves its
   argv with the real sglang package and serves sglang's own resolved values as ``/server_info``.
 
@@ -92,8 +94,12 @@ def clock_note(settings: Mapping[str, Any]) -> str | None:
     )
 
 
-def twin_env(model_ref: str | None) -> tuple[tuple[str, str], ...]:
+def twin_env(model_ref: str | None, answers: Path | None = None) -> tuple[tuple[str, str], ...]:
+    """The stand-in ranks' environment: the shim, the model file and, when the run asks accuracy questions, their
+    file as the answer key (``SSKJ_TWIN_ANSWERS``; :mod:`pytest_sskj.twin.answers`)."""
     env = [("PYTHONPATH", str(SHIM)), ("SSKJ_TWIN_MODEL", str(model_path(model_ref)))]
+    if answers is not None:
+        env.append(("SSKJ_TWIN_ANSWERS", str(answers.resolve())))
     real = os.environ.get("SSKJ_SGLANG_PYTHON", "")
     if real:
         env.append(("SSKJ_TWIN_SGLANG_PYTHON", real))
@@ -119,6 +125,7 @@ def pytest_sskj_server_commands(config: pytest.Config, spec: ServerSpec) -> list
         return None
     from pytest_sskj.engines import node_commands
 
-    extra = twin_env(settings.twin_model)
+    answers = settings.accuracy_set.path if settings.accuracy_set is not None else None
+    extra = twin_env(settings.twin_model, answers)
     names = {k for k, _ in extra}
     return [replace(c, env=(*[(k, v) for k, v in c.env if k not in names], *extra)) for c in node_commands(spec)]

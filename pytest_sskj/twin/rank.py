@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,29 @@ def _load(a: Any) -> tuple[TwinModel, list[Any]]:
     return model, cells
 
 
+def _answers(model: TwinModel, backend: str | None) -> Callable[[str], str | None] | None:
+    """The greedy answers of this rank's backend to the run's accuracy questions (``SSKJ_TWIN_ANSWERS``: the
+    question file; unset: no answer key, text prompts are refused)."""
+    path = os.environ.get("SSKJ_TWIN_ANSWERS", "")
+    if not path:
+        return None
+    from pytest_sskj.accuracy.gsm8k import AccuracySetError
+    from pytest_sskj.twin.answers import AnswerKey
+
+    try:
+        key = AnswerKey.load(Path(path), model.accuracy, model.seed)
+    except (AccuracySetError, OSError) as exc:
+        log(f"Initialization failed. warmup error: twin answer key {path}: {exc}")
+        raise SystemExit(1) from None
+    name = backend or "default"
+    stated = model.accuracy.get(name)
+    said = (
+        f"{stated:.1%} of them right" if stated is not None else "every one right (the model file states no accuracy)"
+    )
+    log(f"twin: answer key {path} ({len(key.references)} questions): backend {name} answers {said}")
+    return lambda prompt: key.answer(prompt, name)
+
+
 def _info(a: Any, argv: list[str]) -> dict[str, Any]:
     info = server_info(a)
     python = os.environ.get("SSKJ_TWIN_SGLANG_PYTHON", "")
@@ -190,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             model, cells, chunk=a.chunked_prefill_size, role=role, label=label, calibrated=calibrated
         )
     faults = _Faults(model.faults, role, a.node_rank)
-    servers = serve(a, info, engine, log, faults.on_request if faults.pending else None)
+    answers = _answers(model, server_facts(a)["backend"]) if a.node_rank == 0 else None
+    servers = serve(a, info, engine, log, faults.on_request if faults.pending else None, answers)
     if a.node_rank == 0:
         log(f"The server is fired up and ready to roll! (http://{a.host}:{a.port})")
     else:

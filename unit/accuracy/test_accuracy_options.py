@@ -126,3 +126,17 @@ def test_each_arm_and_accuracy_concurrency_is_a_test_and_each_candidate_a_gate(
     assert accuracy.not_applicable(s, "sskj_accuracy_comparison", gates[0]) is None
     one = _settings(pytester, "--sskj-accuracy-set", f"gsm8k={qfile}", "--sskj-accuracy-questions", "12")
     assert "no accuracy margin" in str(accuracy.not_applicable(one, "sskj_accuracy_comparison", gates[0]))
+
+
+def test_the_dry_run_states_the_questions_and_whether_they_can_decide_the_margin(
+    pytester: pytest.Pytester, qfile: Path
+) -> None:
+    base = ("--engine", "embedded", "--backend", "parallel,q8_0", "--concurrency", "16", "--chunk", "256",
+            "--sskj-accuracy-set", f"gsm8k={qfile}", "--sskj-accuracy-questions", "12")  # fmt: skip
+    lines = accuracy.dry_run_lines(_settings(pytester, *base, "--sskj-accuracy-min", "delta>=-1pt"))
+    assert "12 questions x C=1,8 x 2 arm(s) = 48 greedy requests of at most 256 tokens" in lines[0], lines
+    assert "parallel-chunk256-c16-r1, q8_0-chunk256-c16-r1" in lines[0], lines
+    assert "12 questions cannot decide it even with identical answers" in lines[1] and "would)" in lines[1], lines
+    lines = accuracy.dry_run_lines(_settings(pytester, *base, "--sskj-accuracy-min", "delta>=-20pt"))
+    assert "12 identical answers would decide it" in lines[1], lines
+    assert accuracy.dry_run_lines(_settings(pytester, *base))[1].startswith("accuracy gate: none"), "no margin"
