@@ -29,6 +29,7 @@ from pytest_sskj.acceptance.store import PointStore
 from pytest_sskj.acceptance.warmup import Warmups
 from pytest_sskj.acceptance.watch import raise_client_priority, run_watched
 from pytest_sskj.bench.result import BenchFn, BenchOutcome
+from pytest_sskj.bench.saturation import speculative_bursts
 from pytest_sskj.engines import cache_resets, get_engine
 from pytest_sskj.errors import (
     EnvironmentMismatch,
@@ -438,6 +439,7 @@ class PointRunner:
         if row["reasons"]:
             self._fail(outcome, "oracle", row["reasons"].pop())
             return
+        speculative_bursts(row)
         if row.get("client_bound") and not self._client_bound_allowed(outcome):
             return
         row["status"] = "passed"

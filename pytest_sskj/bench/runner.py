@@ -343,6 +343,7 @@ async def arun_bench(
             "request_rate": None if workload.request_rate == float("inf") else workload.request_rate,
             "client_bound": client_bound,
             "client_bound_reasons": "; ".join(evidence["reasons"]) or None,
+            "client_bound_bursts_only": evidence["bursts_only"],
             "client_bound_advice": evidence["advice"],
             "event_loop_lag_p90_ms": evidence["loop_lag_p90_ms"],
             "event_loop_lag_p99_ms": evidence["loop_lag_p99_ms"],

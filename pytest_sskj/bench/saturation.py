@@ -41,7 +41,7 @@ import numpy as np
 if TYPE_CHECKING:
     from pytest_sskj.bench.client import ReadStats
 
-__all__ = ["SaturationMonitor", "SaturationThresholds"]
+__all__ = ["SaturationMonitor", "SaturationThresholds", "speculative_bursts"]
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,7 @@ class SaturationMonitor:
                 "multi_frame_share": th.multi_frame_share,
             },
             "reasons": reasons,
+            "bursts_only": _bursts_only(reasons),
             "kind": kind,
             "advice": advice,
         }
@@ -231,4 +232,29 @@ def _diagnosis(
         f"the client was starved (its thread used {cpu_share:.2f} of a core while it lagged): another process "
         "-- on one box usually the server -- shares the client's cores; use --sskj-cpu-partition auto for a local "
         "launch, or run the client on a less loaded machine"
+    )
+
+
+def _bursts_only(reasons: list[str]) -> bool:
+    """Whether the only sign of a client-bound run is token reads carrying several SSE events."""
+    return bool(reasons) and all("several SSE events" in r for r in reasons)
+
+
+SPEC_BURST_LENGTH = 1.2
+"""Mean tokens per verification step above which a speculative server's token bursts explain multi-event reads."""
+
+
+def speculative_bursts(row: dict[str, Any]) -> None:
+    """A point flagged client-bound only because token reads carried several SSE events is not client-bound when
+    the engine's own counters say it emits several tokens per step (speculative decoding: ``spec_accept_length``);
+    the row says so in its notes."""
+    length = row.get("spec_accept_length")
+    if not (row.get("client_bound") and row.get("client_bound_bursts_only")):
+        return
+    if not isinstance(length, (int, float)) or length <= SPEC_BURST_LENGTH:
+        return
+    row["client_bound"] = False
+    row.setdefault("notes", []).append(
+        f"not client-bound: {row.get('client_bound_reasons')}, but the server accepts {length:.2f} tokens per "
+        "speculative verification step (spec_accept_length) and sends them together"
     )

@@ -151,7 +151,11 @@ def _matrix_writer(w: Any, model_format: str) -> Callable[[str, Any], None]:
 _FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "q8_0": "MOSTLY_Q8_0", "mxfp4": "MOSTLY_MXFP4_MOE"}
 
 
-def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234, model_format: str = "f32") -> None:
+TINY_SEED = 1234
+"""The weights' seed of the tiny model (another seed: unrelated weights of the same vocabulary)."""
+
+
+def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = TINY_SEED, model_format: str = "f32") -> None:
     """Write the tiny llama GGUF to ``path`` (deterministic for a given ``eos_bias``, ``seed`` and format)."""
     import gguf
     import numpy as np
@@ -224,24 +228,34 @@ def build_tiny_model(path: Path, *, eos_bias: float = -1.0, seed: int = 1234, mo
     w.close()
 
 
-def ensure_tiny_model(cache_dir: Path, *, eos_bias: float = -1.0, model_format: str = "f32") -> Path:
-    """The tiny model for ``eos_bias`` and ``model_format`` in ``cache_dir``, generated once (atomic, safe
-    across xdist workers)."""
+def tiny_model_path(
+    cache_dir: Path, *, eos_bias: float = -1.0, model_format: str = "f32", seed: int = TINY_SEED
+) -> Path:
+    """Where :func:`ensure_tiny_model` keeps the tiny model of these parameters in ``cache_dir``."""
+    tag = f"{eos_bias:+g}".replace("+", "p").replace("-", "m").replace(".", "_")
+    fmt = "" if model_format == "f32" else f"-{model_format}"
+    other = "" if seed == TINY_SEED else f"-seed{seed}"
+    return cache_dir / f"sskj-tiny-llama-v{MODEL_VERSION}-eos{tag}{fmt}{other}.gguf"
+
+
+def ensure_tiny_model(
+    cache_dir: Path, *, eos_bias: float = -1.0, model_format: str = "f32", seed: int = TINY_SEED
+) -> Path:
+    """The tiny model for ``eos_bias``, ``model_format`` and weight ``seed`` in ``cache_dir``, generated once
+    (atomic, safe across xdist workers)."""
     from filelock import FileLock
 
     from pytest_sskj.rundir import atomic_target
 
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tag = f"{eos_bias:+g}".replace("+", "p").replace("-", "m").replace(".", "_")
-    fmt = "" if model_format == "f32" else f"-{model_format}"
-    path = cache_dir / f"sskj-tiny-llama-v{MODEL_VERSION}-eos{tag}{fmt}.gguf"
+    path = tiny_model_path(cache_dir, eos_bias=eos_bias, model_format=model_format, seed=seed)
     if path.is_file() and path.stat().st_size > 0:
         return path
     with FileLock(str(path) + ".lock"):
         if path.is_file() and path.stat().st_size > 0:
             return path
         with atomic_target(path) as tmp:
-            build_tiny_model(tmp, eos_bias=eos_bias, model_format=model_format)
+            build_tiny_model(tmp, eos_bias=eos_bias, model_format=model_format, seed=seed)
     return path
 
 
@@ -256,8 +270,10 @@ def serve_argv(
     ubatch: int | None = None,
     alias: str | None = "tiny",
     python: str | None = None,
+    draft: str | Path | None = None,
 ) -> list[str]:
-    """The command line of ``python -m pytest_sskj.server.embedded serve`` (the ``embedded`` engine's argv)."""
+    """The command line of ``python -m pytest_sskj.server.embedded serve`` (the ``embedded`` engine's argv;
+    ``draft``: the draft model of speculative decoding)."""
     argv = [
         python or sys.executable,
         "-m",
@@ -280,6 +296,8 @@ def serve_argv(
         argv += ["--ubatch", str(ubatch)]
     if alias:
         argv += ["--alias", alias]
+    if draft is not None:
+        argv += ["--draft", str(draft)]
     return argv
 
 
@@ -321,6 +339,12 @@ def _parser() -> argparse.ArgumentParser:
         "with the benchmark client, which must not wait behind the server it measures (client-bound points)",
     )
     s.add_argument("--alias", default=None, help="model name served by /v1/models")
+    s.add_argument(
+        "--draft",
+        default=None,
+        help="GGUF of a draft model of the same vocabulary: llama.cpp's draft-model speculative decoding",
+    )
+    s.add_argument("--draft-max", type=int, default=4, help="most draft tokens per verification step")
     s.add_argument("--no-metrics", action="store_true", help="disable the Prometheus /metrics endpoint")
     s.add_argument("--hf-token", default=None, help="Hugging Face token (llama.cpp's --hf-token, for model downloads)")
     m = sub.add_parser("make-model", help="write the tiny GGUF model")
@@ -351,6 +375,9 @@ def _serve(a: argparse.Namespace) -> int:
 
     if a.parallel < 1 or a.batch < 1:
         sys.stderr.write(f"sskj-embedded: --parallel ({a.parallel}) and --batch ({a.batch}) must be >= 1\n")
+        return 2
+    if a.draft and not Path(a.draft).is_file():
+        sys.stderr.write(f"sskj-embedded: draft model file {a.draft} does not exist\n")
         return 2
     if not Path(a.model).is_file():
         sys.stderr.write(
@@ -384,6 +411,12 @@ def _serve(a: argparse.Namespace) -> int:
     p.hostnames = [a.host]
     p.port = a.port
     p.endpoint_metrics = not a.no_metrics
+    if a.draft:
+        p.speculative.types = [xlc.common_speculative_type.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
+        p.speculative.draft.mparams.path = str(a.draft)
+        p.speculative.draft.n_max = a.draft_max
+        p.speculative.draft.cpuparams.n_threads = threads
+        p.speculative.draft.cpuparams_batch.n_threads = threads
     if a.hf_token:
         p.hf_token = a.hf_token
     # like SGLang's ``server_args=ServerArgs(...)`` line: the log echoes every argument (so a copied log

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["GENERATION_COUNTERS", "KEPT", "generation_tokens", "parse"]
+__all__ = ["GENERATION_COUNTERS", "KEPT", "SPEC_COUNTERS", "generation_tokens", "parse", "spec_counters"]
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
@@ -27,8 +27,19 @@ KEPT = (
     "kv_cache_usage_perc",
     "gpu_cache_usage_perc",
     "token_usage",
+    "spec_decode_num_drafts_total",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
 )
-"""Suffixes (after ``vllm:`` / ``sglang:``) of the series kept in each sample."""
+"""Suffixes (after ``vllm:`` / ``sglang:`` / ``llamacpp:``) of the series kept in each sample (the speculative
+decoding counters are vLLM's and llama.cpp's: verification steps, draft tokens proposed, draft tokens accepted)."""
+
+SPEC_COUNTERS = {
+    "steps": "spec_decode_num_drafts_total",
+    "draft": "spec_decode_num_draft_tokens_total",
+    "accepted": "spec_decode_num_accepted_tokens_total",
+}
+"""The speculative-decoding counters by meaning (suffixes of :data:`KEPT`)."""
 
 GENERATION_COUNTERS = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
 
@@ -60,3 +71,14 @@ def generation_tokens(sample: dict[str, float]) -> float | None:
         if name in sample:
             return sample[name]
     return None
+
+
+def spec_counters(sample: dict[str, float]) -> dict[str, float] | None:
+    """The speculative-decoding counters of one parsed sample (``steps``, ``draft``, ``accepted``), whatever the
+    engine's prefix; ``None`` when the engine exports none of them."""
+    found = {
+        key: sum(v for name, v in sample.items() if name.rsplit(":", 1)[-1] == suffix)
+        for key, suffix in SPEC_COUNTERS.items()
+        if any(name.rsplit(":", 1)[-1] == suffix for name in sample)
+    }
+    return found or None

@@ -9,6 +9,11 @@ Row columns (units in the names, ``None`` when not measured, never 0):
   included: the bench sends it inside the phase), ``server_output_throughput``: that delta over the phase's
   wall time (tok/s), ``server_client_throughput_diff_pct``: how far the client's ``output_throughput``
   is from it, in percent of the server's;
+- ``spec_verify_steps``, ``spec_draft_tokens``, ``spec_accepted_tokens``: the engine's speculative-decoding counter
+  deltas over the phase (vLLM's and llama.cpp's ``spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total``),
+  ``spec_accept_rate``: accepted / draft tokens (a fraction, without the bonus token), ``spec_accept_length``: 1 +
+  accepted / steps (tokens per verification step, the bonus token included: vLLM's "mean acceptance length");
+  ``None`` when the engine exports no such counter or proposed no draft (speculative decoding off);
 - ``telemetry_flags``: ``throughput disagreement`` when that difference exceeds the stated tolerance
   (``--sskj-telemetry-tolerance``-free: :data:`THROUGHPUT_TOLERANCE_PCT` unless the caller passes another),
   ``clock throttling`` (an NVML clock-event reason such as ``sw_power_cap``/``hw_slowdown``/``sw_thermal``
@@ -26,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.telemetry.prometheus import generation_tokens
+from pytest_sskj.telemetry.prometheus import generation_tokens, spec_counters
 
 if TYPE_CHECKING:
     from pytest_sskj.telemetry.point import PointTelemetry
@@ -125,6 +130,30 @@ def _server_columns(
     return cols, []
 
 
+SPEC_COLUMNS = ("spec_verify_steps", "spec_draft_tokens", "spec_accepted_tokens", "spec_accept_rate",
+                "spec_accept_length")  # fmt: skip
+
+
+def _spec_columns(tel: PointTelemetry) -> dict[str, Any]:
+    """The speculative-decoding columns (module docstring) from the first and last ``/metrics`` samples."""
+    counted = [c for r in tel.records if r.get("source") == "metrics" and (c := spec_counters(r.get("values") or {}))]
+    cols: dict[str, Any] = dict.fromkeys(SPEC_COLUMNS)
+    if len(counted) < 2:
+        return cols
+    first, last = counted[0], counted[-1]
+    delta = {k: last.get(k, 0.0) - first.get(k, 0.0) for k in ("steps", "draft", "accepted")}
+    if delta["draft"] <= 0:
+        return cols
+    cols.update(
+        spec_verify_steps=int(delta["steps"]),
+        spec_draft_tokens=int(delta["draft"]),
+        spec_accepted_tokens=int(delta["accepted"]),
+        spec_accept_rate=round(delta["accepted"] / delta["draft"], 4),
+        spec_accept_length=round(1 + delta["accepted"] / delta["steps"], 4) if delta["steps"] > 0 else None,
+    )
+    return cols
+
+
 def summarise(
     tel: PointTelemetry, client: Mapping[str, Any], *, tolerance_pct: float = THROUGHPUT_TOLERANCE_PCT
 ) -> dict[str, Any]:
@@ -134,6 +163,7 @@ def summarise(
     return {
         **gpu,
         **srv,
+        **_spec_columns(tel),
         "telemetry_flags": [*sflags, *gflags],
         "telemetry_errors": list(tel.errors),
         "telemetry_file": tel.path.name,

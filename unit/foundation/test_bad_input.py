@@ -80,7 +80,8 @@ CASES: list[tuple[list[str], dict[str, str], str]] = [
     (
         ["--backend", "marlin"],
         {},
-        "*unknown to engine 'embedded'\n*accepted: parallel, serial, *, microbatch (the backends of engine embedded*",
+        "*unknown to engine 'embedded'\n"
+        "*accepted: parallel, serial, *, microbatch, spec-self, *(the backends of engine embedded*",
     ),
     # more of our own
     (["--concurrency", "8,,16"], {}, "*'8,,16' has an empty item between commas*"),
