@@ -56,8 +56,8 @@ MAX_NAME = 128
 ASCII_KINDS = frozenset(
     {
         "int", "int0", "port", "port1", "float", "bool", "size", "size_list", "int_list", "name_list",
-        "backend_list", "nodes", "choice", "slo", "agreement", "accuracy_margin", "size_seq", "url", "run_id",
-        "ref", "name", "template", "user", "ssh_options", "layouts",
+        "backend_list", "nodes", "choice", "slo", "agreement", "accuracy_margin", "metric_list", "size_seq", "url",
+        "run_id", "ref", "name", "template", "user", "ssh_options", "layouts",
     }
 )  # fmt: skip
 """Kinds whose every character must be ASCII (numbers, names, host names, URLs, gates)."""
@@ -466,6 +466,8 @@ def accepted(opt: Option) -> str:
         "per direction, thresholds >= 0), or none",
         "agreement": "gates like first_token_agreement_frac>=0.95,identical_seq_frac>=1 (fractions 0-1, a figure "
         "once), a bare fraction, or none",
+        "metric_list": "a comma list of metric names with a direction, primary first: output_throughput,"
+        "median_tpot_ms (results.csv names; the older ttft_p95_ms / input_tps spellings map onto them)",
         "accuracy_set": "gsm8k=PATH (a GSM8K-format JSONL file: question, answer ending in '#### N'), or none",
         "accuracy_margin": "delta>=-Npt (N percentage points the candidate may lose, 0 <= N < 100), or none",
         "env": "KEY=VALUE with KEY a letter or '_' then letters, digits, '_'",

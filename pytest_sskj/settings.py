@@ -129,6 +129,8 @@ class Settings:
     run_cpus: tuple[int, ...] = ()
     """The cores this run may use, read when the settings were built (before a CPU partition pins anything):
     what :func:`pytest_sskj.server.cpus.launch_partition` splits between the client and a local server."""
+    compare_metrics: tuple[str, ...] = ("input_throughput", "median_ttft_ms", "p95_ttft_ms")
+    """``--sskj-compare-metrics``: what every A/B judges, primary first (canonical names)."""
     accuracy_set: SetRef | None = None
     """``--sskj-accuracy-set``: the question file as checked at parse time (``None``: no accuracy tests)."""
     accuracy_questions: int = 64

@@ -208,13 +208,13 @@ class RepeatSample:
     client_bound: bool = False
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> RepeatSample:
+    def from_row(cls, row: Mapping[str, Any], metrics: Sequence[str] = COMPARISON_METRICS) -> RepeatSample:
         def num(key: str) -> float | None:
             v = row.get(key)
             return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
         return cls(
-            {m: num(m) for m in COMPARISON_METRICS},
+            {m: num(m) for m in metrics},
             str(row.get("point_id") or ""),
             bool(row.get("client_bound")),
         )

@@ -174,6 +174,16 @@ VERDICTS: tuple[Option, ...] = (
         unit="%",
     ),
     Option(
+        "compare_metrics",
+        ("--sskj-compare-metrics",),
+        "metric_list",
+        "What every A/B judges, primary first (the outcome is the primary's; a secondary one significantly worse "
+        "is a trade-off): default input_throughput,median_ttft_ms,p95_ttft_ms (the users' prefill table); for "
+        "decode or speculative decoding e.g. output_throughput,median_tpot_ms (results.csv names)",
+        default="input_throughput,median_ttft_ms,p95_ttft_ms",
+        metavar="LIST",
+    ),
+    Option(
         "compare_expect",
         ("--sskj-compare-expect",),
         "choice",
@@ -343,6 +353,26 @@ VERDICTS: tuple[Option, ...] = (
 """What each verdict enforces and how it is judged."""
 
 
+def parse_metric_list(text: str) -> tuple[str, ...]:
+    """``output_throughput,median_tpot_ms`` -> canonical names, primary first; each a metric with a direction,
+    named once; ``ValueError`` saying what is wrong otherwise."""
+    from pytest_sskj.vocabulary import METRICS, canonical
+
+    out: list[str] = []
+    for raw in text.split(","):
+        if not raw.strip():
+            raise ValueError(f"{text!r} has an empty name; hint: output_throughput,median_tpot_ms")
+        name = canonical(raw)
+        if METRICS[name].direction == "none":
+            raise ValueError(f"{name} has no better direction (a count or a setting): it cannot decide an A/B")
+        if name in out:
+            raise ValueError(f"{name} is named twice")
+        out.append(name)
+    return tuple(out)
+
+
 def register(registry: Registry) -> None:
-    """Add this subsystem's option rows to the option registry (as a pytest plugin's ``pytest_addoption``)."""
+    """Add this subsystem's option rows to the option registry (as a pytest plugin's ``pytest_addoption``) and
+    the ``metric_list`` value kind's parser."""
     registry.add_options(*MATRIX, *VERDICTS)
+    registry.add_parser("metric_list", parse_metric_list)

@@ -239,11 +239,13 @@ class Acceptance:
         if not usable_b or not usable_c:
             why = "; ".join(f"{o.point.id}: {o.message.splitlines()[0] if o.message else o.status}" for o in missing)
             return None, why
+        metrics = self.settings.compare_metrics
         v = compare(
             comp.baseline,
             comp.candidate,
-            [RepeatSample.from_row(o.row) for o in usable_b],
-            [RepeatSample.from_row(o.row) for o in usable_c],
+            [RepeatSample.from_row(o.row, metrics) for o in usable_b],
+            [RepeatSample.from_row(o.row, metrics) for o in usable_c],
+            metrics=metrics,
             margin_pct=0.0 if comp.is_control else self.settings.margin_pct,
             confidence=confidence,
             noise_floor_pct=noise_floor,
@@ -261,7 +263,7 @@ class Acceptance:
     def plan(self, base: Sequence[PointOutcome], cand: Sequence[PointOutcome]) -> str:
         """The power planner's line for an inconclusive comparison of ``base`` and ``cand`` repeats."""
         s = self.settings
-        vals = [[o.row.get("input_throughput") for o in side] for side in (base, cand)]
+        vals = [[o.row.get(s.compare_metrics[0]) for o in side] for side in (base, cand)]
         spreads = [log_spread_pct([float(x) for x in side if isinstance(x, (int, float))]) for side in vals]
         observed = max((x for x in spreads if x is not None), default=None)
         spread = s.plan_spread_pct if s.plan_spread_pct is not None else observed

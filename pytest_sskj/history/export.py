@@ -19,6 +19,7 @@ from pytest_sskj.history.layout import LAYOUT_FIELDS, config_text, deployment_co
 from pytest_sskj.records import METRIC_FIELDS
 from pytest_sskj.report.results import read_results, read_verdicts
 from pytest_sskj.rundir import RunLayout, atomic_write_json, atomic_write_text, jsonable
+from pytest_sskj.telemetry.summary import SPEC_COLUMNS
 from pytest_sskj.twin.plugin import time_scale
 from pytest_sskj.vocabulary import COMPUTED, users_name
 
@@ -77,6 +78,7 @@ POINT_FIELDS = (
     "request_file",
     "reasons",
     "metrics",
+    "speculative",
 )
 
 
@@ -140,6 +142,7 @@ def point_lines(rows: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) 
         line.update(slo_met=_slo_met(gates), slo=dict(gates), request_file=r.get("request_file"))
         line["reasons"] = list(r.get("reasons") or [])
         line["metrics"] = {n: r.get(n) for n in METRIC_FIELDS if n in COMPUTED}
+        line["speculative"] = {n: r.get(n) for n in SPEC_COLUMNS}
         out.append({k: line.get(k) for k in POINT_FIELDS})
     return out
 

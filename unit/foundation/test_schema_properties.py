@@ -51,6 +51,7 @@ _KIND_BAD: dict[str, list[str]] = {
     "ssh_options": ["=x", "-o", "1Bad=x"],
     "slo": ["p95_ttft_ms<3000,p95_ttft_ms<2000", "p95_ttft_ms<-5", "p95_ttft_ms<nan", "p95_ttft_ms>5,p95_ttft_ms<4"],
     "agreement": ["2", "0.9,0.9", "nan", "-0.5", "first_token_agreement_frac>=1.5"],
+    "metric_list": ["output_tps,output_tps", "completed", "foo_ms", "output_throughput,,median_tpot_ms", "p59_ttft_ms"],
     "accuracy_set": ["gsm8k", "mmlu=/etc/hostname", "gsm8k=/nonexistent/test.jsonl", "gsm8k=/etc/hostname", "=x"],
     "accuracy_margin": ["delta>=-1", "delta>=1pt", "-1%", "delta>=-nanpt", "delta>=-100pt", "pt"],
     "run_id": ["-rf", "../elsewhere", ".hidden", "a b", "a" * 200],

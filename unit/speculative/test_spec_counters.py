@@ -62,3 +62,19 @@ def test_bursty_reads_are_not_client_bound_when_the_server_accepts_several_token
         row = {"client_bound": True, "client_bound_bursts_only": True, "spec_accept_length": 4.0, **other}
         speculative_bursts(row)
         assert row["client_bound"] is True, f"still client-bound with {other}"
+
+
+def test_the_ab_metrics_are_canonical_names_with_a_direction_primary_first(pytester: pytest.Pytester) -> None:
+    from pytest_sskj.stash import SETTINGS_KEY
+
+    s = pytester.parseconfigure("--sskj-compare-metrics", "output_tps,tpot_p50_ms").stash[SETTINGS_KEY]
+    assert s.compare_metrics == ("output_throughput", "median_tpot_ms"), "aliases map onto the canonical names"
+    default = pytester.parseconfigure().stash[SETTINGS_KEY].compare_metrics
+    assert default == ("input_throughput", "median_ttft_ms", "p95_ttft_ms"), "the users' prefill table by default"
+    pytester.makepyfile("def test_x(): pass")
+    cases = [("completed", "no better direction"), ("output_tps,output_throughput", "named twice"),
+             ("output_throughput,,median_tpot_ms", "empty name"), ("tpot_p59_ms", "unknown metric")]  # fmt: skip
+    for bad, says in cases:
+        result = pytester.runpytest_inprocess("--sskj-compare-metrics", bad, "-p", "no:cacheprovider")
+        err = result.stderr.str()
+        assert result.ret == pytest.ExitCode.USAGE_ERROR and says in err and "accepted:" in err, (bad, err)

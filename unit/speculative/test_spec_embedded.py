@@ -65,3 +65,28 @@ def test_the_dry_run_shows_each_variants_draft_and_model_path_is_refused(pyteste
     bad = pytester.runpytest_subprocess(str(ACCEPTANCE), "--backend", "parallel,spec-self", "--model-path", str(model))
     err = bad.stderr.str()
     assert bad.ret == pytest.ExitCode.USAGE_ERROR and "spec-self draft from the generated tiny model" in err, err
+
+
+@pytest.fixture(scope="module")
+def ab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The speculative A/B as the users judge a decode change: output throughput first, then TPOT P50."""
+    root = tmp_path_factory.mktemp("spec-ab")
+    cmd = [sys.executable, "-m", "pytest", str(ACCEPTANCE), "-p", "no:cacheprovider", "-q", "--reports-dir",
+           str(root / "reports"), "--run-id", "ab", "--backend", "parallel,spec-self,spec-other",
+           "--isl", "128", "--osl", "64", "--requests", "16", "--repeats", "3", "--chunk", "512", "--concurrency", "8",
+           "--sskj-search", "none", "--sskj-slo", "none", "--sskj-agreement-prompts", "0",
+           "--sskj-compare-metrics", "output_throughput,median_tpot_ms",
+           "-k", "test_serving or test_backend"]  # fmt: skip
+    subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600, check=False)
+    return root / "reports" / "ab"
+
+
+@pytest.mark.parametrize("candidate", ["spec-other", "spec-self"])
+def test_a_draft_that_costs_more_than_it_saves_is_called_worse_on_output_throughput(ab: Path, candidate: str) -> None:
+    path = ab / "verdicts" / f"comparison-{candidate}-vs-parallel-chunk512-c8.json"
+    assert path.is_file(), f"expected the verdict {path}"
+    v = json.loads(path.read_text())
+    names = [m["name"] for m in v["metrics"]]
+    assert names == ["output_throughput", "median_tpot_ms"], f"judged on what was asked, primary first: {names}"
+    assert v["outcome"] == "worse" and v["passed"] is False, v["message"]
+    assert v["metrics"][0]["delta_pct"] < -20, f"{candidate}: a slow-down on this CPU: {v['message']}"
