@@ -28,6 +28,8 @@ __all__ = ["ACCURACY", "SETS", "SetRef", "parse_set", "register"]
 SETS: Mapping[str, str] = {"gsm8k": "GSM8K's JSONL format (question, answer ending in '#### N')"}
 """The question-set formats by name (``--sskj-accuracy-set NAME=PATH``)."""
 SET_ACCEPTED = "gsm8k=PATH (a GSM8K-format JSONL file: question, answer ending in '#### N'), or none"
+MAX_REQUESTS = 1_000_000
+"""The most accuracy requests one run may plan (GSM8K's 1,319 questions x 8 concurrencies x 8 arms is 84,416)."""
 MARGIN_ACCEPTED = "delta>=-Npt (N percentage points the candidate may lose, 0 <= N < 100), or none"
 
 
@@ -172,6 +174,15 @@ def check_accuracy(s: Settings, opts: Mapping[str, Option]) -> None:
             f"  Hint: add --sskj-accuracy-set gsm8k=PATH (CI's stand-in: python -m pytest_sskj.accuracy.generate "
             f"--out FILE), or drop {flags}"
         )
+    if s.accuracy_set is not None:
+        asked = s.accuracy_questions * len(s.accuracy_concurrencies) * len(s.backends) * max(1, len(s.layouts))
+        if asked > MAX_REQUESTS:
+            raise pytest.UsageError(
+                f"--sskj-accuracy-questions {s.accuracy_questions} x --sskj-accuracy-concurrency "
+                f"{','.join(map(str, s.accuracy_concurrencies))} x {len(s.backends)} backend(s) x "
+                f"{max(1, len(s.layouts))} layout(s) = {asked:,} greedy requests\n  accepted: at most "
+                f"{MAX_REQUESTS:,} per run\n  Hint: fewer questions or accuracy concurrencies, or split the run"
+            )
     if s.accuracy_set is not None and s.accuracy_questions > s.accuracy_set.records:
         raise pytest.UsageError(
             f"--sskj-accuracy-questions {s.accuracy_questions}: {s.accuracy_set} holds {s.accuracy_set.records} "

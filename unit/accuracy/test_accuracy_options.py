@@ -140,3 +140,19 @@ def test_the_dry_run_states_the_questions_and_whether_they_can_decide_the_margin
     lines = accuracy.dry_run_lines(_settings(pytester, *base, "--sskj-accuracy-min", "delta>=-20pt"))
     assert "12 identical answers would decide it" in lines[1], lines
     assert accuracy.dry_run_lines(_settings(pytester, *base))[1].startswith("accuracy gate: none"), "no margin"
+
+
+def test_a_plan_of_too_many_accuracy_requests_is_refused_naming_its_size(pytester: pytest.Pytester) -> None:
+    big = pytester.path / "big.jsonl"
+    write(items(85, 1), big)
+    text = big.read_text()
+    big.write_text(text * 400)  # 34,000 records
+    pytester.makepyfile("def test_x(): pass")
+    conc = ",".join(str(c) for c in range(1, 41))
+    result = pytester.runpytest_inprocess(
+        "--sskj-accuracy-set", f"gsm8k={big}", "--sskj-accuracy-questions", "30000",
+        "--sskj-accuracy-concurrency", conc, "-p", "no:cacheprovider",
+    )  # fmt: skip
+    err = result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, err
+    assert "= 2,400,000 greedy requests" in err and "at most 1,000,000 per run" in err, err

@@ -99,3 +99,42 @@ def test_a_bad_accuracy_table_is_refused(tmp_path: Path, table: str, says: str) 
     path.write_text(table + "\n" + text if table.startswith("accuracy =") else text + "\n" + table + "\n")
     with pytest.raises(ModelError, match=re.escape(says)):
         load_model(path)
+
+
+@pytest.mark.slow
+def test_the_stand_in_cluster_fails_a_worse_answering_backend_in_the_acceptance_run(
+    questions: Path, tmp_path: Path
+) -> None:
+    """``pytest acceptance/`` on the twin platform (one local stand-in node, TP8/EP4): the run hands the question file
+    to its ranks through the platform hook, each backend answers at C1 and C8, and the model file's
+    ``flashinfer_mxfp4 = 0.60`` against ``marlin = 0.95`` fails the gate at ``delta>=-5pt`` while both score."""
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    for layer in ("platforms/twin.toml", "models/kimi-k3.toml"):
+        (tmp_path / layer).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / layer).write_text((repo / "profiles" / layer).read_text())
+    cells = re.sub(r"^(tp|ep|dp|pp) = .*\n", "", BASE.read_text(), flags=re.M)  # cells for any layout
+    model = tmp_path / "model.toml"
+    model.write_text(cells + "\n[accuracy]\nmarlin = 0.95\nflashinfer_mxfp4 = 0.60\n")
+    profile = tmp_path / "job.toml"
+    profile.write_text(
+        'engine = "sglang"\ntp = 8\nep = 4\nbackends = ["marlin", "flashinfer_mxfp4"]\nchunks = ["8K"]\n'
+        'concurrencies = [8]\nisl = "16K"\nosl = 1\nrequests = 8\nrepeats = 2\nslo = "none"\n'
+        f'twin_model = "{model}"\n[layers]\nplatform = "twin"\nmodel = "kimi-k3"\n'
+    )
+    cmd = [sys.executable, "-m", "pytest", str(repo / "acceptance"), "--profile", str(profile),
+           "-p", "no:cacheprovider", "--sskj-accuracy-set", f"gsm8k={questions}", "--sskj-accuracy-min",
+           "delta>=-5pt", "--reports-dir", str(tmp_path / "r"), "--run-id", "twin", "--sskj-compare-expect", "report",
+           "-q"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    verdicts = tmp_path / "r" / "twin" / "verdicts"
+    assert verdicts.is_dir(), proc.stdout[-3000:] + proc.stderr[-2000:]
+    for c in (1, 8):
+        base = json.loads((verdicts / f"accuracy-marlin-acc-c{c}.json").read_text())
+        gate = json.loads((verdicts / f"accuracy_gate-flashinfer_mxfp4-vs-marlin-acc-c{c}.json").read_text())
+        assert base["passed"] is True and base["score"]["correct"] >= 55, base["message"]
+        assert gate["outcome"] == "worse" and gate["passed"] is False, gate["message"]
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, "the worse-answering candidate fails the run"
