@@ -157,6 +157,9 @@ class SshProcess:
         self._closing_rc: int | None = None
         self._log_bytes = 0
         """Bytes of the remote ``out.log`` received so far (where a resumed stream continues)."""
+        self._partial = b""
+        """A line the stream broke off in the middle of (the connection was lost): held back, since a resumed
+        stream sends it again from its first byte; written as it is only when no stream resumes."""
         self.resumes = 0
         """How often the log stream was reconnected after the ssh connection was lost."""
         self.terminated = False
@@ -183,6 +186,9 @@ class SshProcess:
         banner line is in the file before :meth:`wait_started` returns)."""
         assert proc.stdout is not None
         for raw in iter(proc.stdout.readline, b""):
+            if not raw.endswith(b"\n"):  # the connection broke mid-line (EOF): not counted, not written yet
+                self._partial = raw
+                continue
             if not _OWN_LINE.match(raw):
                 self._log_bytes += len(raw)
                 self._write(raw)
@@ -214,6 +220,7 @@ class SshProcess:
         self.resumes += 1
         script = resume_script(self.node, self.rank, self.state_dir, self._log_bytes)
         self._join_pumps(2.0)
+        self._partial = b""  # the resumed stream starts at this line's first byte
         proc = self._launcher._popen_shell(self.node)
         assert proc.stdin is not None
         try:
@@ -267,6 +274,10 @@ class SshProcess:
             self._rc = _exit_code(self._closing_rc)
             return self._rc
         state = self._launcher.remote_state(self.node, self.state_dir)
+        if not (state.rc is None and state.alive and self.resumes < _MAX_RESUMES) and self._partial:
+            self._log_bytes += len(self._partial)  # no stream will send it again: the last words, as they came
+            self._write(self._partial + b"\n")
+            self._partial = b""
         if state.rc is not None:
             self._rc = _exit_code(state.rc)
             return self._rc
