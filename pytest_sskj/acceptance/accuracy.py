@@ -86,22 +86,23 @@ def _layouts(s: Settings) -> list[str | None]:
 
 def keys(s: Settings) -> list[AccuracyKey]:
     """Every arm's questions at every accuracy concurrency (none without a question set or serving points)."""
-    if s.accuracy_set is None or not s.concurrencies:
+    if _no_set(s) is not None:
         return []
     return [AccuracyKey(b, c, lay) for lay in _layouts(s) for c in s.accuracy_concurrencies for b in arms(s.backends)]
 
 
 def comparisons(s: Settings) -> list[AccuracyComparison]:
     """Every candidate arm against the baseline at every accuracy concurrency (A/A controls first)."""
-    if s.accuracy_set is None or not s.concurrencies:
+    if _no_set(s) is not None:
         return []
+    layouts = _layouts(s)
     out = [
         AccuracyComparison(s.baseline, cand, c, lay)
-        for lay in _layouts(s)
+        for lay in layouts
         for c in s.accuracy_concurrencies
         for cand in arms(s.backends)[1:]
     ]
-    return sorted(out, key=lambda x: (_layouts(s).index(x.layout), x.concurrency, not x.is_control))
+    return sorted(out, key=lambda x: (layouts.index(x.layout), x.concurrency, not x.is_control))
 
 
 def host_point(s: Settings, backend: str, layout: str | None) -> Point:
@@ -169,18 +170,16 @@ def dry_run_lines(s: Settings) -> list[str]:
 
 
 # -- asking (the runner, while the host point's server is up) ------------------------------------------------
-def ask_point(s: Settings, point: Point, url: str, dialect: str, out_dir: Path, model: str | None) -> list[str]:
-    """Ask the fixed questions at every accuracy concurrency if ``point`` is its arm's host point; keep the answers
-    and the summary in ``out_dir``.  Returns one line per concurrency asked (empty: not a host point)."""
+def ask_point(s: Settings, url: str, dialect: str, out_dir: Path, model: str | None) -> None:
+    """Ask the fixed questions at every accuracy concurrency (the caller's point is its arm's host point, see
+    :func:`host_point`); keep the answers and the summary in ``out_dir``."""
     from pytest_sskj.accuracy import grade_all, score
     from pytest_sskj.accuracy.client import ask, save_answers
     from pytest_sskj.rundir import atomic_write_json
 
-    if s.accuracy_set is None or point.kind != "serve" or point != host_point(s, point.backend, point.layout):
-        return []
+    assert s.accuracy_set is not None
     qs = s.accuracy_set.read()
     items = qs.subset(s.accuracy_questions)
-    lines = []
     for c in s.accuracy_concurrencies:
         answers = ask(url, dialect, items, concurrency=c, max_tokens=s.accuracy_max_tokens, model=model)
         graded = grade_all(items, answers.completions, s.accuracy_extract)
@@ -199,8 +198,6 @@ def ask_point(s: Settings, point: Point, url: str, dialect: str, out_dir: Path, 
                 "errors": [f"record {i}: {e}" for i, e in errors[:5]],
             },
         )
-        lines.append(f"C={c}: {sc.line()} in {answers.wall_s:.1f} s")
-    return lines
 
 
 # -- judging (the session, when a test asks) -----------------------------------------------------------------

@@ -317,7 +317,7 @@ class PointRunner:
         with allure.step(f"accuracy questions ({what})"):
             model = self.workload(point).model
             dialect = get_engine(s.engine).token_ids
-            ask_point(s, point, server.urls[0], dialect, self.store.point_dir(point.id), model)
+            ask_point(s, server.urls[0], dialect, self.store.point_dir(point.id), model)
 
     def _agreement_probes(self, point: Point, server: Serving) -> None:
         """Output agreement: this point's greedy probes (if it runs any) while its server is still up (the

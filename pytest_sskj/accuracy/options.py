@@ -27,10 +27,8 @@ __all__ = ["ACCURACY", "SETS", "SetRef", "parse_set", "register"]
 
 SETS: Mapping[str, str] = {"gsm8k": "GSM8K's JSONL format (question, answer ending in '#### N')"}
 """The question-set formats by name (``--sskj-accuracy-set NAME=PATH``)."""
-SET_ACCEPTED = "gsm8k=PATH (a GSM8K-format JSONL file: question, answer ending in '#### N'), or none"
 MAX_REQUESTS = 1_000_000
 """The most accuracy requests one run may plan (GSM8K's 1,319 questions x 8 concurrencies x 8 arms is 84,416)."""
-MARGIN_ACCEPTED = "delta>=-Npt (N percentage points the candidate may lose, 0 <= N < 100), or none"
 
 
 @dataclass(frozen=True)
@@ -166,11 +164,13 @@ def check_accuracy(s: Settings, opts: Mapping[str, Option]) -> None:
     """An accuracy setting without a question set, or more questions than the set holds: a usage error."""
     import pytest
 
+    from pytest_sskj.schema import accepted
+
     given = [d for d in _TUNING if s.sources.get(d) in ("cli", "env", "ini")]
     if s.accuracy_set is None and given:
         flags = ", ".join(opts[d].display for d in given)
         raise pytest.UsageError(
-            f"{flags}: no question set to apply it to\n  accepted: {SET_ACCEPTED}\n"
+            f"{flags}: no question set to apply it to\n  accepted: {accepted(opts['accuracy_set'])}\n"
             f"  Hint: add --sskj-accuracy-set gsm8k=PATH (CI's stand-in: python -m pytest_sskj.accuracy.generate "
             f"--out FILE), or drop {flags}"
         )

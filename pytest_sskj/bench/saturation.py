@@ -158,11 +158,13 @@ class SaturationMonitor:
         if stall is not None and stall > stall_allow:
             reasons.append(f"longest event-loop stall {stall:.2f} ms > {stall_allow:.2f} ms allowed")
         multi = self.multi_frame_reads / self.token_reads if self.token_reads else None
+        bursts = None
         if multi is not None and multi > th.multi_frame_share:
-            reasons.append(
+            bursts = (
                 f"{multi:.0%} of token reads carried several SSE events under one stamp (> {th.multi_frame_share:.0%}"
                 "): TPOT/ITL unreliable"
             )
+            reasons.append(bursts)
         if cpu_share is not None and cpu_share > th.cpu_share:
             reasons.append(f"client CPU {cpu_share:.2f} of a core > {th.cpu_share}")
         kind, advice = _diagnosis(bool(reasons), cpu_share, th, concurrency)
@@ -192,7 +194,7 @@ class SaturationMonitor:
                 "multi_frame_share": th.multi_frame_share,
             },
             "reasons": reasons,
-            "bursts_only": _bursts_only(reasons),
+            "bursts_only": reasons == [bursts],
             "kind": kind,
             "advice": advice,
         }
@@ -233,11 +235,6 @@ def _diagnosis(
         "-- on one box usually the server -- shares the client's cores; use --sskj-cpu-partition auto for a local "
         "launch, or run the client on a less loaded machine"
     )
-
-
-def _bursts_only(reasons: list[str]) -> bool:
-    """Whether the only sign of a client-bound run is token reads carrying several SSE events."""
-    return bool(reasons) and all("several SSE events" in r for r in reasons)
 
 
 SPEC_BURST_LENGTH = 1.2
