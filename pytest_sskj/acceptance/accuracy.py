@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.acceptance.matrix import Point, arm_backend, arms, dimensions
+from pytest_sskj.acceptance.matrix import Point, arm_backend, arms, dimensions, id_prefix
 
 if TYPE_CHECKING:
     from pytest_sskj.accuracy.score import Graded
@@ -57,7 +57,7 @@ class AccuracyKey:
 
     @property
     def id(self) -> str:
-        return f"{self.layout + '-' if self.layout else ''}{self.backend}-acc-c{self.concurrency}"
+        return f"{id_prefix(self.layout, None)}{self.backend}-acc-c{self.concurrency}"
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,7 @@ class AccuracyComparison:
 
     @property
     def id(self) -> str:
-        pre = f"{self.layout}-" if self.layout else ""
-        return f"{pre}{self.candidate}-vs-{self.baseline}-acc-c{self.concurrency}"
+        return f"{id_prefix(self.layout, None)}{self.candidate}-vs-{self.baseline}-acc-c{self.concurrency}"
 
     @property
     def is_control(self) -> bool:

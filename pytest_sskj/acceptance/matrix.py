@@ -41,6 +41,7 @@ __all__ = [
     "curves",
     "dimensions",
     "execution_order",
+    "id_prefix",
     "interleaves",
     "not_applicable",
     "search_configs",
@@ -50,7 +51,7 @@ __all__ = [
 Shape = tuple[int, int]
 
 
-def _prefix(layout: str | None, shape: Shape | None) -> str:
+def id_prefix(layout: str | None, shape: Shape | None) -> str:
     """``tp4dp2-isl1024-osl128-`` (only the dimensions the run has)."""
     return (f"{layout}-" if layout else "") + (f"{shape_id(shape)}-" if shape else "")
 
@@ -99,7 +100,7 @@ class ConfigKey:
 
     @property
     def id(self) -> str:
-        return f"{_prefix(self.layout, self.shape)}{self.backend}{_chunk_id(self.chunk)}-c{self.concurrency}"
+        return f"{id_prefix(self.layout, self.shape)}{self.backend}{_chunk_id(self.chunk)}-c{self.concurrency}"
 
     def point(self, repeat: int, repeats: int, kind: str = "serve") -> Point:
         """The point of this configuration at ``repeat`` (of ``repeats``)."""
@@ -124,7 +125,7 @@ class Point:
 
     @property
     def id(self) -> str:
-        base = f"{_prefix(self.layout, self.shape)}{self.backend}{_chunk_id(self.chunk)}-c{self.concurrency}"
+        base = f"{id_prefix(self.layout, self.shape)}{self.backend}{_chunk_id(self.chunk)}-c{self.concurrency}"
         return f"{base}-search" if self.kind == "search" else f"{base}-r{self.repeat}"
 
     @property
@@ -150,7 +151,7 @@ class Comparison:
 
     @property
     def id(self) -> str:
-        pre = _prefix(self.layout, self.shape)
+        pre = id_prefix(self.layout, self.shape)
         return f"{pre}{self.candidate}-vs-{self.baseline}{_chunk_id(self.chunk)}-c{self.concurrency}"
 
     def baseline_config(self) -> ConfigKey:
@@ -177,7 +178,7 @@ class CurveKey:
 
     @property
     def id(self) -> str:
-        return f"{_prefix(self.layout, self.shape)}{self.backend}-c{self.concurrency}"
+        return f"{id_prefix(self.layout, self.shape)}{self.backend}-c{self.concurrency}"
 
     def configs(self) -> list[ConfigKey]:
         return [ConfigKey(self.backend, c, self.concurrency, self.layout, self.shape) for c in self.chunks]

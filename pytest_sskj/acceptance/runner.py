@@ -299,56 +299,11 @@ class PointRunner:
         outcome.row["wall_s"] = round(time.perf_counter() - t0, 3)
         self._finish(outcome)
         if outcome.passed and server is not None:
-            self._agreement_probes(point, server)
-            self._accuracy_questions(point, server)
-        return outcome
+            from pytest_sskj.acceptance.probes import after_point
 
-    def _accuracy_questions(self, point: Point, server: Serving) -> None:
-        """Accuracy: the fixed questions, if this point's server is its arm's host (acceptance/accuracy.py)."""
-        from pytest_sskj.acceptance.accuracy import ask_point, host_point
-        from pytest_sskj.engines import get_engine
-        from pytest_sskj.report import allure
-
-        s = self.settings
-        if s.accuracy_set is None or point != host_point(s, point.backend, point.layout):
-            return
-        at = ",".join(map(str, s.accuracy_concurrencies))
-        what = f"{s.accuracy_questions} {s.accuracy_set.name} questions at C={at}"
-        with allure.step(f"accuracy questions ({what})"):
             model = self.workload(point).model
-            dialect = get_engine(s.engine).token_ids
-            ask_point(s, server.urls[0], dialect, self.store.point_dir(point.id), model)
-
-    def _agreement_probes(self, point: Point, server: Serving) -> None:
-        """Output agreement: this point's greedy probes (if it runs any) while its server is still up (the
-        next points' servers may be starting meanwhile: nothing is measured)."""
-        from pytest_sskj.acceptance import agreement as agr
-        from pytest_sskj.engines import get_engine
-        from pytest_sskj.report import allure
-
-        s = self.settings
-        if point.kind != "serve" or s.agreement_prompts <= 0 or len(s.backends) < 2 or s.target_url:
-            return
-        roles = agr.probe_roles(
-            repeat=point.repeat,
-            repeats=point.repeats,
-            is_baseline=point.backend == s.baseline,
-            concurrency=point.concurrency,
-        )
-        if not roles:
-            return
-        probes = agr.probe_set(s.seed, s.agreement_prompts, isl=s.isl, osl=s.osl)
-        what = ", ".join(f"{r} at C={c}" for r, c in roles)
-        with allure.step(f"output agreement probes ({len(probes.prompts)} greedy prompts: {what})"):
-            agr.run_roles(
-                server.urls[0],
-                get_engine(s.engine).token_ids,
-                probes,
-                roles,
-                self.store.point_dir(point.id),
-                model=self.workload(point).model,
-                point_id=point.id,
-            )
+            after_point(self.settings, point, server.urls[0], self.store.point_dir(point.id), model)
+        return outcome
 
     def _break(self, pool: ServingPool, spec: ServerSpec, point: Point, what: str) -> None:
         self.broken[spec.key()] = BrokenSpec(point.id, what)

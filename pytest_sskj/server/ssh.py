@@ -45,6 +45,7 @@ from pytest_sskj.server.remote_sh import (
 )
 from pytest_sskj.server.spec import NodeCommand
 from pytest_sskj.server.ssh_mux import SharedConnections, refused, stale, user_manages
+from pytest_sskj.server.ssh_options import SshOptions, ssh_options_from_settings
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -57,7 +58,7 @@ __all__ = [
     "bootstrap_script",
     "rank_log_path",
     "ssh_options_from_settings",
-]  # bootstrap_script is re-exported from remote_sh
+]  # bootstrap_script is re-exported from remote_sh; SshOptions, ssh_options_from_settings from ssh_options
 
 _BANNER = re.compile(rb"^\[sskj\] node=\S+ rank=\d+ pid=(\d+) started")
 _CLOSING = re.compile(rb"^\[sskj\] node=\S+ rank=\d+ pid=\d+ exited with status (\d+)")
@@ -83,49 +84,6 @@ class RemoteState:
     pid: int | None
     rc: int | None
     alive: bool
-
-
-@dataclass(frozen=True)
-class SshOptions:
-    """How to reach the nodes: the pieces of every ``ssh`` command line."""
-
-    user: str | None = None
-    port: int | None = None
-    """``None``: whatever ssh_config (or 22) says."""
-    identity: Path | None = None
-    options: tuple[str, ...] = ()
-    """Extra ``-o`` options, e.g. ``StrictHostKeyChecking=accept-new``."""
-    config_file: Path | None = None
-    """An ssh_config (``ssh -F``) that maps node names such as ``601`` to addresses, keys and users."""
-    connect_timeout_s: float = 10.0
-    ssh: str = "ssh"
-
-    def argv(self, node: str, *remote: str, extra: Sequence[str] = ()) -> list[str]:
-        """``ssh [options] node [remote command]`` (no pty, batch mode, keep-alives); ``extra`` options go after
-        the user's own (ssh takes the first value it is given for an option, so the user's win)."""
-        argv = [
-            self.ssh,
-            "-T",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            f"ConnectTimeout={max(1, round(self.connect_timeout_s))}",
-            "-o",
-            "ServerAliveInterval=5",
-            "-o",
-            "ServerAliveCountMax=6",
-        ]
-        if self.config_file is not None:
-            argv += ["-F", str(self.config_file)]
-        if self.user:
-            argv += ["-l", self.user]
-        if self.port is not None:
-            argv += ["-p", str(self.port)]
-        if self.identity is not None:
-            argv += ["-i", str(self.identity), "-o", "IdentitiesOnly=yes"]
-        for opt in self.options:
-            argv += ["-o", opt]
-        return [*argv, *extra, "--", node, *remote]
 
 
 class SshProcess:
@@ -587,19 +545,6 @@ class SshLauncher:
         if timed_out:
             return CommandResult(node, -9, out, err + f"\n(ssh to {node} timed out after {timeout_s:g} s; killed)")
         return CommandResult(node, proc.returncode, out, redact_text(err, self.secrets))
-
-
-def ssh_options_from_settings(settings: Settings) -> SshOptions:
-    """:class:`SshOptions` from :class:`~pytest_sskj.settings.Settings` (``-p`` only when set explicitly)."""
-    src = settings.sources.get("ssh_port")
-    port = None if src == "default" or (src is None and settings.ssh_port == 22) else settings.ssh_port
-    return SshOptions(
-        user=settings.ssh_user,
-        port=port,
-        identity=settings.ssh_identity,
-        options=tuple(settings.ssh_options),
-        config_file=settings.ssh_config,
-    )
 
 
 def _safe(node: str) -> str:
