@@ -8,6 +8,7 @@ layout combination is checked (:func:`check_combination`), then the generic chec
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from pytest_sskj.deploy.topology import bind_run, topology_from_table
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import usage_error, where
 from pytest_sskj.spec import SpecOverride, narrowed_settings
+from pytest_sskj.speculative import split_arm
 from pytest_sskj.validate import check_settings
 
 if TYPE_CHECKING:
@@ -244,6 +246,7 @@ def _cells(s: Settings) -> list[tuple[str, Settings]]:
 
 def _engine_checks(s: Settings, info: Any) -> None:
     """The engine's checks, once per layout or deployment group when the run has them (each is a server)."""
+    s = replace(s, backends=tuple(split_arm(b)[0] for b in s.backends))  # the engine's backends, not the arms
     cells = _cells(s)
     if not cells:
         info.check_settings(s)
@@ -257,13 +260,13 @@ def _engine_checks(s: Settings, info: Any) -> None:
 
 def check_combination(s: Settings, opts: Mapping[str, Option]) -> None:
     info = get_engine(s.engine)
-    unknown = [b for b in s.backends if b not in info.backends] if s.deployment is None else []
+    unknown = [b for b in s.backends if split_arm(b)[0] not in info.backends] if s.deployment is None else []
     if unknown:
         place = where(s.sources.get("backends", "cli"), opts["backends"], None)
         raise pytest.UsageError(
             f"{place}: backend(s) {', '.join(unknown)} unknown to engine {s.engine!r}\n"
             f"  accepted: {', '.join(info.backends)} (the backends of engine {s.engine}, applied as "
-            f"{info.backend_switch.describe()})\n"
+            f"{info.backend_switch.describe()}; BACKEND+NAME adds the --sskj-speculative configuration NAME)\n"
             f"  Hint: --backend {','.join(info.defaults.get('backends') or info.backends[:2])}, "
             "or pick another --engine"
         )

@@ -469,6 +469,8 @@ def accepted(opt: Option) -> str:
         "metric_list": "a comma list of metric names with a direction, primary first: output_throughput,"
         "median_tpot_ms (results.csv names; the older ttft_p95_ms / input_tps spellings map onto them)",
         "accuracy_set": "gsm8k=PATH (a GSM8K-format JSONL file: question, answer ending in '#### N'), or none",
+        "speculative": "NAME=ALGORITHM[:key=value,...] joined by ';' (keys draft, steps, topk, draft_tokens, "
+        "lookup_max, lookup_min): dflash=DFLASH:draft=/models/draft,draft_tokens=4, or none",
         "accuracy_margin": "delta>=-Npt (N percentage points the candidate may lose, 0 <= N < 100), or none",
         "env": "KEY=VALUE with KEY a letter or '_' then letters, digits, '_'",
         "append": "a non-empty argument without control characters",

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pytest_sskj.registry import Registry
     from pytest_sskj.server.container import ContainerConfig
     from pytest_sskj.slo import SloGate
+    from pytest_sskj.speculative import SpecConfig
 
 __all__ = ["Settings", "new_run_id", "resolve_settings", "usage_error", "where"]
 
@@ -131,6 +132,8 @@ class Settings:
     what :func:`pytest_sskj.server.cpus.launch_partition` splits between the client and a local server."""
     compare_metrics: tuple[str, ...] = ("input_throughput", "median_ttft_ms", "p95_ttft_ms")
     """``--sskj-compare-metrics``: what every A/B judges, primary first (canonical names)."""
+    speculative: tuple[SpecConfig, ...] = ()
+    """``--sskj-speculative``: the configurations ``+NAME`` arms run (``()``: none)."""
     accuracy_set: SetRef | None = None
     """``--sskj-accuracy-set``: the question file as checked at parse time (``None``: no accuracy tests)."""
     accuracy_questions: int = 64
@@ -178,6 +181,7 @@ class Settings:
         d["agreement_min"] = [str(g) for g in self.agreement_min]
         d["accuracy_set"] = self.accuracy_set.as_dict() if self.accuracy_set else None
         d["accuracy_min"] = str(self.accuracy_min) if self.accuracy_min else None
+        d["speculative"] = [c.as_dict() for c in self.speculative]
         d["env"] = sorted(k for k, _ in self.env)  # names only: values may be secrets
         d["server_args"] = redact_argv(self.server_args)  # --api-key V and --api-key=V
         d["request_rate"] = None if self.request_rate == float("inf") else self.request_rate

@@ -64,8 +64,10 @@ class ServerSpec:
 
     @property
     def label(self) -> str:
-        """Short human label: ``flashinfer_mxfp4-chunk8192``."""
-        return f"{self.backend}-chunk{self.chunk}" if self.chunk else self.backend
+        """Short human label: ``flashinfer_mxfp4-chunk8192``, ``marlin+dflash-chunk8192`` (a speculative arm)."""
+        spec = dict(self.labels).get("speculative")
+        arm = f"{self.backend}+{spec.split('=', 1)[0]}" if spec else self.backend
+        return f"{arm}-chunk{self.chunk}" if self.chunk else arm
 
     def key(self) -> str:
         """Stable 12-hex digest of the spec (env values included, so a changed secret changes the key)."""

@@ -23,11 +23,13 @@ from pytest_sskj.options import Option
 from pytest_sskj.registry import Registry
 from pytest_sskj.report import options as report_options
 from pytest_sskj.server import options as server_options
+from pytest_sskj.server import speculative
 
 __all__ = ["OPTIONS", "SUBSYSTEMS", "build_registry"]
 
 SUBSYSTEMS = (
     server_options,
+    speculative,
     deploy_options,
     acceptance_options,
     accuracy_options,

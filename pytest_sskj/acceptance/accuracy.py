@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.acceptance.matrix import Point, arm_backend, arms, dimensions, id_prefix
+from pytest_sskj.acceptance.matrix import Point, arm_config, arms, dimensions, id_prefix
 
 if TYPE_CHECKING:
     from pytest_sskj.accuracy.score import Graded
@@ -76,7 +76,7 @@ class AccuracyComparison:
     @property
     def is_control(self) -> bool:
         """The baseline's backend named twice (``parallel,parallel``): the A/A control of the gate."""
-        return arm_backend(self.candidate) == arm_backend(self.baseline)
+        return arm_config(self.candidate) == arm_config(self.baseline)
 
 
 def _layouts(s: Settings) -> list[str | None]:

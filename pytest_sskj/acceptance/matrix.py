@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pytest_sskj.deploy.layouts import shape_id
 from pytest_sskj.engines import ENGINES
 from pytest_sskj.server.spec import ServerSpec, SpecOverride, spec_from_settings
+from pytest_sskj.server.speculative import arm_override
 from pytest_sskj.settings import Settings
+from pytest_sskj.speculative import split_arm
 
 __all__ = [
     "ARM_SEP",
@@ -33,6 +35,7 @@ __all__ = [
     "CurveKey",
     "Point",
     "arm_backend",
+    "arm_config",
     "arm_instance",
     "arms",
     "build_points",
@@ -77,9 +80,15 @@ def arms(backends: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def arm_backend(arm: str) -> str:
-    """The engine backend of an arm: ``marlin@2`` -> ``marlin``."""
+def arm_config(arm: str) -> str:
+    """The server configuration of an arm: ``marlin+dflash@2`` -> ``marlin+dflash`` (an A/A control's two arms
+    have the same one)."""
     return arm.split(ARM_SEP, 1)[0]
+
+
+def arm_backend(arm: str) -> str:
+    """The engine backend of an arm: ``marlin@2`` -> ``marlin``, ``marlin+dflash`` -> ``marlin``."""
+    return split_arm(arm_config(arm))[0]
 
 
 def arm_instance(arm: str) -> int:
@@ -162,8 +171,8 @@ class Comparison:
 
     @property
     def is_control(self) -> bool:
-        """An A/A control: the same backend on two independently launched servers."""
-        return arm_backend(self.candidate) == arm_backend(self.baseline)
+        """An A/A control: the same backend (and speculative configuration) on two independently launched servers."""
+        return arm_config(self.candidate) == arm_config(self.baseline)
 
 
 @dataclass(frozen=True)
@@ -228,12 +237,13 @@ def spec_for(settings: Settings, point: Point) -> ServerSpec:
         if lay is not None
         else None
     )
-    # the arm ``marlin@2`` of an A/A control is a second, separate server (``instance``)
+    # the arm ``marlin@2`` of an A/A control is a second, separate server (``instance``); ``marlin+dflash`` adds
+    # the speculative configuration's flags (server/speculative.py)
     return spec_from_settings(
         settings,
         backend=arm_backend(point.backend),
         chunk=point.chunk,
-        override=override,
+        override=arm_override(settings, point.backend, override),
         instance=arm_instance(point.backend) or 0,
     )
 

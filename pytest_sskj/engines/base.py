@@ -11,6 +11,7 @@ that interface:
 * :class:`Signature` / :class:`LogRules` -- the engine's fatal/benign log lines and healthy-start markers;
 * :class:`VersionFacts` -- which distributions and modules carry the engine's version;
 * :class:`CacheReset` -- how a server's cache is reset between repeats;
+* :class:`SpeculativeSupport` -- which speculative-decoding algorithms and keys the engine takes, and from where;
 * :class:`EngineDefaults` -- the engine's default settings, a typed record: every required field must be
   given (a missing one is a ``TypeError`` when the engine module is imported, i.e. at registration), and
   :meth:`Engine.check_declaration` (run by the registry) checks it against the engine's endpoints and backends.
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pytest_sskj.spec import NodeCommand, ServerSpec
+from pytest_sskj.speculative import SPEC_SEP, SpecConfig
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -43,6 +45,7 @@ __all__ = [
     "LogRules",
     "RestartCost",
     "Signature",
+    "SpeculativeSupport",
     "VersionFacts",
     "host_of",
     "http_get",
@@ -108,6 +111,48 @@ class BackendSwitch:
                 f"{b}: {' '.join(f'{k}={v}' for k, v in kv) or '(none)'}" for b, kv in self.env.items()
             )
         return "a variant of the engine's own launch parameters"
+
+
+@dataclass(frozen=True)
+class SpeculativeSupport:
+    """Which speculative-decoding configurations (:class:`~pytest_sskj.speculative.SpecConfig`) an engine takes:
+    its algorithms as its own parser spells them, the engine-neutral keys it maps, and the algorithms that
+    need or refuse a draft model; ``source`` says where the lists were read (they are checked against the
+    installed engine's own parser by the contract suites)."""
+
+    algorithms: tuple[str, ...]
+    keys: tuple[str, ...]
+    source: str
+    case_sensitive: bool = False
+    needs_draft: frozenset[str] = frozenset()
+    no_draft: frozenset[str] = frozenset()
+    needs_tokens: frozenset[str] = frozenset()
+    """Algorithms refused without ``draft_tokens``."""
+
+    def canonical(self, algorithm: str) -> str | None:
+        """The engine's spelling of ``algorithm`` (``dflash`` -> ``DFLASH``), ``None`` when it has none."""
+        if self.case_sensitive:
+            return algorithm if algorithm in self.algorithms else None
+        return next((a for a in self.algorithms if a.lower() == algorithm.lower()), None)
+
+    def problems(self, cfg: SpecConfig) -> list[str]:
+        """What the engine cannot take in ``cfg``: an unknown algorithm, a key it has no flag for, a draft
+        missing or not wanted; one sentence each, with what is accepted."""
+        algo = self.canonical(cfg.algorithm)
+        if algo is None:
+            return [f"algorithm {cfg.algorithm!r} is unknown (accepted: {', '.join(self.algorithms)}; {self.source})"]
+        out = [
+            f"key {k!r} has no flag here (accepted keys: {', '.join(self.keys)})"
+            for k, _ in cfg.params
+            if k not in self.keys
+        ]
+        if algo in self.needs_draft and cfg.draft is None:
+            out.append(f"algorithm {algo} needs a draft model: add draft=PATH")
+        if algo in self.no_draft and cfg.draft is not None:
+            out.append(f"algorithm {algo} takes no draft model: drop draft={cfg.draft}")
+        if algo in self.needs_tokens and cfg.get("draft_tokens") is None:
+            out.append(f"algorithm {algo} needs the number of draft tokens per step: add draft_tokens=N")
+        return out
 
 
 @dataclass(frozen=True)
@@ -238,6 +283,8 @@ class Engine(ABC):
     """Whether healthy-start markers not seen at health time are noted on the server."""
     config_facts: ClassVar[tuple[str, ...]] = ()
     """Keys of the effective config recorded in the manifest's engine facts."""
+    speculative: ClassVar[SpeculativeSupport | None] = None
+    """The speculative-decoding configurations the engine takes (``None``: none; a ``+NAME`` arm is refused)."""
     reference_job: ClassVar[str | None] = None
     """The job whose shape :attr:`defaults` carry (SGLang, vLLM: the users' Kimi-K3 prefill A/B, 16K in / 1 out),
     so that the users' short command is that job; a run that is not it (``--target-url``, a profile with its own
@@ -273,6 +320,11 @@ class Engine(ABC):
         unknown = [b for b in d.backends if b not in cls.backends]
         if unknown:
             raise TypeError(f"engine {cls.name}: default backends {unknown} are not in its backends {cls.backends}")
+        joined = [b for b in cls.backends if SPEC_SEP in b]
+        if joined:
+            raise TypeError(f"engine {cls.name}: backends {joined} hold {SPEC_SEP!r}, which joins a speculative arm")
+        if cls.speculative is not None and cls.speculative_args is Engine.speculative_args:
+            raise TypeError(f"engine {cls.name} declares speculative decoding but no speculative_args")
 
     # -- commands and resources ----------------------------------------------------------------------
     @abstractmethod
@@ -296,6 +348,18 @@ class Engine(ABC):
     def prepare_spec(self, spec: ServerSpec, model_cache_dir: Path) -> ServerSpec:
         """The spec as launched (a generated model filled in, for instance); the default changes nothing."""
         return spec
+
+    def speculative_args(self, cfg: SpecConfig) -> tuple[str, ...]:
+        """The server flags of the speculative configuration ``cfg`` (already free of :attr:`speculative`'s
+        problems); an engine that declares :attr:`speculative` overrides this."""
+        raise NotImplementedError(f"engine {self.name} has no speculative decoding")
+
+    def speculative_problems(self, cfg: SpecConfig, settings: Settings) -> list[str]:
+        """What keeps ``cfg`` from running with ``settings`` (the run's, or one layout's): :attr:`speculative`'s
+        problems, then the engine's own rules (an engine with extra rules extends this); one sentence each."""
+        if self.speculative is None:
+            return [f"engine {self.name} has no speculative decoding"]
+        return self.speculative.problems(cfg)
 
     # -- settings ------------------------------------------------------------------------------------
     def check_settings(self, settings: Settings) -> None:  # noqa: B027 - optional hook, accepts by default

@@ -20,6 +20,7 @@ from pytest_sskj.engines.base import (
     Engine,
     EngineDefaults,
     LogRules,
+    SpeculativeSupport,
     VersionFacts,
     host_of,
     http_get,
@@ -28,6 +29,7 @@ from pytest_sskj.engines.base import (
 from pytest_sskj.server.embedded import MODEL_FORMATS, ensure_tiny_model, serve_argv, tiny_model_path
 from pytest_sskj.slo import parse_slo
 from pytest_sskj.spec import NodeCommand, ServerSpec
+from pytest_sskj.speculative import SpecConfig, split_arm
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -132,6 +134,16 @@ def _draft_path(cache_dir: Path, draft: str) -> Path:
     return tiny_model_path(cache_dir, **_draft_params(draft))
 
 
+SPECULATIVE = SpeculativeSupport(
+    algorithms=("draft",),
+    keys=("draft", "draft_tokens"),
+    source="the embedded server's llama.cpp draft-model decoding (COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE)",
+    needs_draft=frozenset({"draft"}),
+)
+"""llama.cpp's draft-model speculative decoding: ``draft=`` a GGUF of the same vocabulary on this machine,
+``draft_tokens=`` the most draft tokens per verification (default 4)."""
+
+
 class EmbeddedEngine(Engine):
     name = NAME
     description = "llama.cpp's HTTP server on CPU (xllamacpp wheel) serving a tiny generated GGUF model"
@@ -152,6 +164,23 @@ class EmbeddedEngine(Engine):
     verifies_config_at_start = False
     notes_missing_markers = False
     address_pattern = _ADDRESS
+
+    speculative = SPECULATIVE
+
+    def speculative_args(self, cfg: SpecConfig) -> tuple[str, ...]:
+        tokens = cfg.get("draft_tokens")
+        return ("--draft", str(cfg.draft), *(("--draft-max", str(tokens)) if tokens is not None else ()))
+
+    def speculative_problems(self, cfg: SpecConfig, settings: Settings) -> list[str]:
+        out = super().speculative_problems(cfg, settings)
+        drafted = [
+            b for b, name in map(split_arm, settings.backends) if name == cfg.name and VARIANTS[b].draft is not None
+        ]
+        if drafted:
+            out.append(f"the variant(s) {', '.join(drafted)} draft already; use parallel+{cfg.name} instead")
+        if cfg.draft is not None and not settings.nodes and not Path(cfg.draft).expanduser().is_file():
+            out.append(f"draft={cfg.draft} is not a file here (a GGUF of the served model's vocabulary)")
+        return out
 
     def node_commands(self, spec: ServerSpec) -> list[NodeCommand]:
         variant = VARIANTS[spec.backend]

@@ -19,11 +19,13 @@ from pytest_sskj.engines.base import (
     Engine,
     EngineDefaults,
     LogRules,
+    SpeculativeSupport,
     VersionFacts,
     host_of,
     sig,
 )
 from pytest_sskj.spec import NodeCommand, ServerSpec
+from pytest_sskj.speculative import SpecConfig
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -284,7 +286,21 @@ def expected_server_info(spec: ServerSpec, info: Mapping[str, Any] | None = None
         exp["moe_runner_backend"] = spec.backend
     if spec.chunk is not None:
         exp["chunked_prefill_size"] = spec.chunk
+    algo = _flag_value(spec.extra_args, "--speculative-algorithm")
+    if algo is not None:  # sglang resolves the name case-insensitively, NEXTN as EAGLE (spec_registry.py)
+        exp["speculative_algorithm"] = "EAGLE" if algo.upper() == "NEXTN" else algo.upper()
     return exp
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The last value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``), as argparse takes it."""
+    found = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
 
 
 def _chunk_divisor(info: Mapping[str, Any]) -> tuple[int, str]:
@@ -325,7 +341,8 @@ def verify_server_info(spec: ServerSpec, info: Mapping[str, Any]) -> list[str]:
     (when the spec sets one; DP attention's division accounted for), ``tp_size``, ``ep_size``,
     ``dp_size`` and ``attn_dp_size`` (multi-node DP is attention DP: 0.5.23 reports ``dp_size=1,
     attn_dp_size=N``, older versions ``dp_size=N, enable_dp_attention=true``), ``pp_size``,
-    ``disable_radix_cache``, ``nnodes`` and ``node_rank`` (the serving rank must be 0).  A field the
+    ``disable_radix_cache``, ``nnodes``, ``node_rank`` (the serving rank must be 0) and ``speculative_algorithm``
+    (a speculative arm; NEXTN is EAGLE).  A field the
     server does not report is a mismatch too: it cannot be confirmed.
     """
     out: list[str] = []
@@ -376,6 +393,32 @@ def _check_world(s: Settings) -> None:
         )
 
 
+SPECULATIVE = SpeculativeSupport(
+    algorithms=("EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP", "NEXTN"),
+    keys=("draft", "steps", "topk", "draft_tokens"),
+    source="sglang 0.5.23 SpeculativeAlgorithm, resolved case-insensitively; NEXTN is EAGLE",
+    needs_draft=frozenset({"DFLASH", "DSPARK"}),
+    no_draft=frozenset({"UNO"}),
+)
+"""sglang 0.5.23's speculative algorithms (``sglang/srt/speculative/spec_info.py``) and what its resolution
+refuses (``ServerArgs``: DFLASH and DSPARK need ``--speculative-draft-model-path`` and PP 1, UNO refuses a draft
+and needs ``--uno-lora-path``); the contract suite checks every rule against the installed package."""
+_SPEC_FLAGS = {
+    "draft": "--speculative-draft-model-path",
+    "steps": "--speculative-num-steps",
+    "topk": "--speculative-eagle-topk",
+    "draft_tokens": "--speculative-num-draft-tokens",
+}
+_TREE = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
+"""Draft-tree algorithms: sglang 0.5.23 resolves none of steps/topk/draft_tokens (it picks them) or steps and topk
+together (draft_tokens derived when not given); any other subset fails in ``ServerArgs`` (a TypeError or an
+assertion)."""
+_IGNORED = {"DFLASH": ("steps", "topk"), "DSPARK": ("steps", "topk"), "NGRAM": ("topk",)}
+"""Keys sglang 0.5.23 overrides for these algorithms (DFLASH/DSPARK resolve steps 1, topk 1; NGRAM topk 10)."""
+_SINGLE_STAGE = frozenset({"DFLASH", "DSPARK"})
+"""Algorithms sglang 0.5.23 runs at pipeline-parallel size 1 only (DSPARK: except on a PD prefill server)."""
+
+
 class SGLangEngine(Engine):
     name = NAME
     description = "python -m sglang.launch_server, one rank per node"
@@ -403,6 +446,30 @@ class SGLangEngine(Engine):
         "dp_size",
         "attn_dp_size",
     )
+
+    speculative = SPECULATIVE
+
+    def speculative_args(self, cfg: SpecConfig) -> tuple[str, ...]:
+        out = ["--speculative-algorithm", SPECULATIVE.canonical(cfg.algorithm) or cfg.algorithm]
+        for key, value in cfg.params:
+            out += [_SPEC_FLAGS[key], str(value)]
+        return tuple(out)
+
+    def speculative_problems(self, cfg: SpecConfig, settings: Settings) -> list[str]:
+        out = super().speculative_problems(cfg, settings)
+        algo = SPECULATIVE.canonical(cfg.algorithm)
+        given = {k for k, _ in cfg.params}
+        tree = given & {"steps", "topk", "draft_tokens"}
+        if algo in _TREE and tree and not {"steps", "topk"} <= tree:
+            out.append(f"{algo} takes steps= and topk= together (draft_tokens= optional) or none of the three")
+        ignored = [k for k in _IGNORED.get(algo or "", ()) if k in given]
+        if ignored:
+            out.append(f"sglang ignores {', '.join(k + '=' for k in ignored)} for {algo}: drop it")
+        if algo in _SINGLE_STAGE and settings.pp != 1:
+            out.append(f"sglang runs {algo} at pipeline-parallel size 1 only, not --pp {settings.pp}")
+        if algo == "UNO" and not any(a.split("=", 1)[0] == "--uno-lora-path" for a in settings.server_args):
+            out.append("UNO needs its LoRA: add --sskj-server-arg=--uno-lora-path=PATH")
+        return out
 
     def node_commands(self, spec: ServerSpec) -> list[NodeCommand]:
         common = _common_argv(spec)

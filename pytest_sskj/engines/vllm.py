@@ -36,6 +36,7 @@ Everything pytest-sskj knows about vLLM lives here, checked against the real ``v
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -49,12 +50,14 @@ from pytest_sskj.engines.base import (
     Engine,
     EngineDefaults,
     LogRules,
+    SpeculativeSupport,
     VersionFacts,
     host_of,
     http_get,
     sig,
 )
 from pytest_sskj.spec import NodeCommand, ServerSpec
+from pytest_sskj.speculative import SpecConfig
 
 if TYPE_CHECKING:
     from pytest_sskj.settings import Settings
@@ -299,6 +302,45 @@ def read_live_config(url: str, timeout_s: float = 10.0) -> dict[str, Any] | None
     return out
 
 
+_MTP = (
+    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp",
+    "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp",
+    "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp", "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp",
+    "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
+)  # fmt: skip
+_DRAFTED = frozenset({"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash"})
+SPECULATIVE = SpeculativeSupport(
+    algorithms=(
+        "ngram",
+        "medusa",
+        "mlp_speculator",
+        "draft_model",
+        "suffix",
+        "custom_class",
+        "eagle",
+        "eagle3",
+        "extract_hidden_states",
+        *_MTP,
+        "dflash",
+        "ngram_gpu",
+        "dspark",
+    ),
+    keys=("draft", "draft_tokens", "lookup_max", "lookup_min"),
+    source="vLLM 0.32.0 SpeculativeMethod (vllm/config/speculative.py), --speculative-config's method",
+    needs_draft=_DRAFTED,
+    needs_tokens=_DRAFTED | {"ngram", "ngram_gpu"},
+)
+"""vLLM 0.32.0's speculative methods and what its ``SpeculativeConfig`` refuses (a drafted method without
+``model``, ``num_speculative_tokens`` missing); the real-vLLM suite checks the rules against the installed
+package.  Whether a model-bound method (``*_mtp``) fits the served model, vLLM says when the server starts."""
+_SPEC_KEYS = {
+    "draft": "model",
+    "draft_tokens": "num_speculative_tokens",
+    "lookup_max": "prompt_lookup_max",
+    "lookup_min": "prompt_lookup_min",
+}
+
+
 class VllmEngine(Engine):
     name = NAME
     description = "vLLM OpenAI API server (single node, replicas, or multi-node data parallel)"
@@ -328,6 +370,22 @@ class VllmEngine(Engine):
         "data_parallel_size",
         "device",
     )
+
+    speculative = SPECULATIVE
+
+    def speculative_args(self, cfg: SpecConfig) -> tuple[str, ...]:
+        conf: dict[str, object] = {"method": SPECULATIVE.canonical(cfg.algorithm) or cfg.algorithm}
+        conf.update((_SPEC_KEYS[k], v) for k, v in cfg.params)
+        return ("--speculative-config", json.dumps(conf, separators=(",", ":")))
+
+    def speculative_problems(self, cfg: SpecConfig, settings: Settings) -> list[str]:
+        out = super().speculative_problems(cfg, settings)
+        if cfg.draft is not None and cfg.get("draft_tokens") is None and not out:
+            out.append("a draft model needs the number of draft tokens per step: add draft_tokens=N")
+        lo, hi = cfg.get("lookup_min"), cfg.get("lookup_max")
+        if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+            out.append(f"lookup_min={lo} is above lookup_max={hi}")
+        return out
 
     def check_settings(self, settings: Settings) -> None:
         """vLLM's expert parallelism is TP x DP (``--enable-expert-parallel``), multi-node data parallelism

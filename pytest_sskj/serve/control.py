@@ -278,7 +278,11 @@ def start(config: pytest.Config, name: str, *, say: Callable[[str], None] = lamb
     chunk = settings.chunks[0] if settings.chunks else None
     if len(settings.backends) > 1 or len(settings.chunks) > 1:
         say(f"deployment {name}: one server: backend {settings.baseline}, chunk {chunk} (the first of each)")
-    spec = spec_from_settings(settings, backend=settings.baseline, chunk=chunk)
+    from pytest_sskj.server.speculative import arm_override
+    from pytest_sskj.speculative import split_arm
+
+    base = settings.baseline
+    spec = spec_from_settings(settings, backend=split_arm(base)[0], chunk=chunk, override=arm_override(settings, base))
     identity: dict[str, Any] = {}
 
     def record(_spec: Any, ids: Sequence[Any]) -> None:

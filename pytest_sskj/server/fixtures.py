@@ -214,8 +214,14 @@ def _close_pool(config: pytest.Config) -> str | None:
 
 def resolve_spec(request: pytest.FixtureRequest, settings: Settings) -> ServerSpec:
     """The spec a test asks for: indirect param, then the ``sskj_server`` marker, then the session default."""
+    from pytest_sskj.server.speculative import arm_override
+    from pytest_sskj.speculative import split_arm
+
     base = spec_from_settings(
-        settings, backend=settings.baseline, chunk=settings.chunks[0] if settings.chunks else None
+        settings,
+        backend=split_arm(settings.baseline)[0],
+        chunk=settings.chunks[0] if settings.chunks else None,
+        override=arm_override(settings, settings.baseline),
     )
     param = getattr(request, "param", None)
     if isinstance(param, ServerSpec):

@@ -71,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     a("--disaggregation-transfer-backend", default="mooncake", choices=("mooncake", "nixl", "ascend", "fake", "mori"))
     a("--disaggregation-bootstrap-port", type=int, default=8998)
     a("--disaggregation-ib-device", default=None)
+    a("--speculative-algorithm", default=None)
+    a("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", default=None)
+    a("--speculative-num-steps", type=int, default=None)
+    a("--speculative-eagle-topk", type=int, default=None)
+    a("--speculative-num-draft-tokens", type=int, default=None)
     return p
 
 
@@ -94,6 +99,8 @@ def server_info(a: argparse.Namespace) -> dict[str, Any]:
         moe_dp_size=1,
         version=PINNED_VERSION,
     )
+    algo = a.speculative_algorithm  # resolved case-insensitively, NEXTN as EAGLE (sglang's spec_registry.py)
+    info["speculative_algorithm"] = None if algo is None else ("EAGLE" if algo.upper() == "NEXTN" else algo.upper())
     return info
 
 

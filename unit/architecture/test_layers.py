@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "validate",
                 "redact",
                 "spec",
+                "speculative",
                 "stash",
                 "hookspecs",
                 "schema",

@@ -1,0 +1,126 @@
+"""Speculative arms: ``--sskj-speculative NAME=ALGORITHM[:key=value,...]`` and ``--backend marlin,marlin+NAME``.
+
+An arm ``BACKEND+NAME`` is the server of ``BACKEND`` with the speculative configuration ``NAME``
+(:class:`~pytest_sskj.speculative.SpecConfig`), which the engine maps onto its own flags
+(:meth:`~pytest_sskj.engines.base.Engine.speculative_args`): SGLang's ``--speculative-*`` flags, vLLM's
+``--speculative-config`` JSON, the embedded engine's ``--draft``.  Everything is checked when the options are read:
+an arm naming no defined configuration, an algorithm or key the engine does not take, a draft missing where the
+engine requires one, a layout the engine cannot run it on (SGLang's DFLASH at PP > 1), or a run where the
+engine is not launched by the tool (``--target-url``, a profile's ``[deployment]``) are usage errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pytest_sskj.options.row import Option
+from pytest_sskj.spec import SpecOverride
+from pytest_sskj.speculative import FORM, SpecConfig, parse_speculative, split_arm
+
+if TYPE_CHECKING:
+    from pytest_sskj.registry import Registry
+    from pytest_sskj.settings import Settings
+
+__all__ = ["SPECULATIVE", "arm_override", "register", "speculative_config"]
+
+SPECULATIVE = Option(
+    "speculative",
+    ("--sskj-speculative",),
+    "speculative",
+    "Speculative-decoding configurations for '+NAME' arms: NAME=ALGORITHM[:key=value,...], several joined by ';' "
+    "(keys draft, steps, topk, draft_tokens, lookup_max, lookup_min; mapped per engine, docs/speculative.md); "
+    "--backend marlin,marlin+NAME compares the server without and with it; default none",
+    default="none",
+    metavar="NAME=ALGO[:K=V,...]",
+)
+
+
+def speculative_config(settings: Settings, arm: str) -> SpecConfig | None:
+    """The configuration an arm runs (``marlin+dflash`` -> ``dflash``'s; ``None`` for a plain arm)."""
+    _, name = split_arm(arm.split("@", 1)[0])
+    if name is None:
+        return None
+    return next(c for c in settings.speculative if c.name == name)
+
+
+def arm_override(settings: Settings, arm: str, base: SpecOverride | None = None) -> SpecOverride | None:
+    """``base`` (a layout's override, or none) with the arm's speculative flags added after its server args and
+    the configuration as a label; ``base`` itself for a plain arm."""
+    cfg = speculative_config(settings, arm)
+    if cfg is None:
+        return base
+    from dataclasses import replace
+
+    from pytest_sskj.engines import get_engine
+
+    args = get_engine(settings.engine).speculative_args(cfg)
+    o = base or SpecOverride()
+    return replace(o, server_args=(*o.server_args, *args), labels=(*o.labels, ("speculative", str(cfg))))
+
+
+def _refuse(what: str, accepted: str, hint: str) -> None:
+    import pytest
+
+    raise pytest.UsageError(f"{what}\n  accepted: {accepted}\n  Hint: {hint}")
+
+
+def _check_defined(s: Settings, wanted: list[str]) -> None:
+    names = [c.name for c in s.speculative]
+    undefined = sorted({n for n in wanted if n not in names})
+    if undefined:
+        _refuse(
+            f"--backend {','.join(s.backends)}: arm(s) name the speculative configuration(s) {', '.join(undefined)}, "
+            f"which --sskj-speculative does not define ({', '.join(names) or 'none defined'})",
+            f"BACKEND+NAME where NAME is defined by --sskj-speculative {FORM}",
+            f"--sskj-speculative '{undefined[0]}=ALGORITHM:draft=PATH' (docs/speculative.md)",
+        )
+    if wanted and (s.target_url or s.deployment is not None):
+        what = "--target-url (a server the tool does not launch)" if s.target_url else "a profile's [deployment]"
+        _refuse(
+            f"--backend {','.join(s.backends)}: speculative arms with {what}",
+            "speculative arms on servers the acceptance matrix launches",
+            "drop the +NAME arms, or run the matrix without --target-url / [deployment]",
+        )
+
+
+def _cells(s: Settings) -> list[tuple[str, Settings]]:
+    """The run's settings as each of its servers sees them (one per layout, else the run's)."""
+    from pytest_sskj.spec import narrowed_settings
+
+    return [
+        (f"layout {x.name}: ", narrowed_settings(s, SpecOverride(pp=x.pp, tp=x.tp, dp=x.dp, ep=x.ep)))
+        for x in s.layouts
+    ] or [("", s)]
+
+
+def check_speculative(s: Settings, opts: Mapping[str, Option]) -> None:
+    """Every ``+NAME`` arm names a defined configuration the engine can run on every server of the run (arms of
+    a backend the engine does not know are left to the backend check)."""
+    from pytest_sskj.engines import get_engine
+
+    engine = get_engine(s.engine)
+    wanted = list(dict.fromkeys(n for a, n in map(split_arm, s.backends) if n is not None and a in engine.backends))
+    _check_defined(s, wanted)
+    cells = _cells(s) if wanted else []
+    for cfg in (c for c in s.speculative if c.name in wanted):
+        problems = [f"{where}{p}" for where, cell in cells for p in engine.speculative_problems(cfg, cell)]
+        if problems:
+            sup = engine.speculative
+            algos, keys = (", ".join(sup.algorithms), ", ".join(sup.keys)) if sup else ("(none)", "-")
+            _refuse(
+                f"--sskj-speculative {cfg}: engine {s.engine} cannot run it: " + "; ".join(dict.fromkeys(problems)),
+                f"algorithms {algos}; keys {keys}",
+                "fix the configuration, or see docs/speculative.md for each engine's algorithms and keys",
+            )
+
+
+def _parse(text: str) -> tuple[SpecConfig, ...]:
+    return parse_speculative(text)
+
+
+def register(registry: Registry) -> None:
+    """The ``--sskj-speculative`` row, its parser and the arms' check."""
+    registry.add_options(SPECULATIVE)
+    registry.add_parser("speculative", _parse)
+    registry.add_check(check_speculative)
