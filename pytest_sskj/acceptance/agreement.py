@@ -394,11 +394,16 @@ def judge_dirs(
     candidate: str,
     aa_what: str,
     measured_s: float,
+    roles: tuple[str, str, str] = ("ab", "ab", "aa"),
 ) -> AgreementVerdict:
-    """Load the stored probes of a comparison and judge them; ``measured_s``: the sides' points' wall time."""
-    b, c = load_probe(base_ab, "ab"), load_probe(cand_ab, "ab")
-    aa_probe = load_probe(base_aa, "aa") if base_aa is not None else None
-    missing = [f"{d.name}/agreement-ab.json" for d, p in ((base_ab, b), (cand_ab, c)) if p is None]
+    """Load the stored probes of a comparison and judge them; ``measured_s``: the sides' points' wall time;
+    ``roles``: the probes compared (baseline, candidate) and the baseline's control probe (default: both sides at
+    the point's concurrency, the control one request at a time)."""
+    b, c = load_probe(base_ab, roles[0]), load_probe(cand_ab, roles[1])
+    aa_probe = load_probe(base_aa, roles[2]) if base_aa is not None else None
+    missing = [
+        f"{d.name}/agreement-{r}.json" for d, p, r in ((base_ab, b, roles[0]), (cand_ab, c, roles[1])) if p is None
+    ]
     errors = [f"{p.point_id}: {e}" for p in (b, c) if p is not None for e in p.errors if e][:3]
     why = "; ".join([*(f"probe {m} missing" for m in missing), *errors])
     ab = agreement(b, c) if b is not None and c is not None else None

@@ -49,6 +49,7 @@ __all__ = [
     "not_applicable",
     "search_configs",
     "spec_for",
+    "speculative_pair",
 ]
 
 Shape = tuple[int, int]
@@ -89,6 +90,13 @@ def arm_config(arm: str) -> str:
 def arm_backend(arm: str) -> str:
     """The engine backend of an arm: ``marlin@2`` -> ``marlin``, ``marlin+dflash`` -> ``marlin``."""
     return split_arm(arm_config(arm))[0]
+
+
+def speculative_pair(a: str, b: str) -> bool:
+    """Whether arms ``a`` and ``b`` are one backend with different speculative configurations (``marlin`` and
+    ``marlin+dflash``): a comparison whose greedy outputs must be identical."""
+    (ab, an), (bb, bn) = split_arm(arm_config(a)), split_arm(arm_config(b))
+    return ab == bb and an != bn
 
 
 def arm_instance(arm: str) -> int:

@@ -50,10 +50,12 @@ def agreement_probes(settings: Settings, point: Point, url: str, out_dir: Path, 
     s = settings
     if point.kind != "serve" or s.agreement_prompts <= 0 or len(s.backends) < 2 or s.target_url:
         return
-    roles = agr.probe_roles(
+    from pytest_sskj.acceptance.matrix import speculative_pair
+
+    roles = agr.probe_roles(  # a speculative arm of the baseline's backend answers one at a time too (its A/B)
         repeat=point.repeat,
         repeats=point.repeats,
-        is_baseline=point.backend == s.baseline,
+        is_baseline=point.backend == s.baseline or speculative_pair(point.backend, s.baseline),
         concurrency=point.concurrency,
     )
     if not roles:

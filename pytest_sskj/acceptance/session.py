@@ -276,8 +276,12 @@ class Acceptance:
 
         pb = Point(comp.baseline, comp.chunk, comp.concurrency, 1, 1)
         pc = Point(comp.candidate, comp.chunk, comp.concurrency, 1, 1)
+        from pytest_sskj.server.speculative import without_speculative
+
         sb, sc = self.runner.spec_for(pb), self.runner.spec_for(pc)
-        out = [f"server spec {d}" for d in spec_differences(sb.as_dict(), sc.as_dict())]
+        # the arms' speculative configurations are the compared dimension (like the backend), not a difference
+        plain = [without_speculative(self.settings, c.backend, s).as_dict() for c, s in ((pb, sb), (pc, sc))]
+        out = [f"server spec {d}" for d in spec_differences(*plain)]
         from pytest_sskj.stash import MANIFEST_KEY
 
         manifest = self.config.stash.get(MANIFEST_KEY, None)
@@ -339,6 +343,18 @@ class Acceptance:
         )
         return v, ""
 
+    def agreement_gates(self, base: str, cand: str) -> tuple[Any, ...]:
+        """The agreement gates of ``cand`` vs ``base``: ``--sskj-agreement-min``; where the two arms differ only in
+        speculative decoding and the gates were not set explicitly, also ``identical_seq_frac>=1`` (greedy
+        speculative decoding is lossless: the verified tokens are the target's own)."""
+        from pytest_sskj.acceptance.agreement import AgreementGate
+
+        s = self.settings
+        if not matrix.speculative_pair(base, cand) or s.sources.get("agreement_min") not in (None, "default"):
+            return tuple(s.agreement_min)
+        kept = tuple(g for g in s.agreement_min if g.metric != "identical_seq_frac")
+        return (*kept, AgreementGate("identical_seq_frac", 1.0))
+
     def with_agreement(self, verdict: dict[str, Any]) -> dict[str, Any]:
         """A comparison ``verdict`` with its output-agreement part (key ``agreement``, message appended; a failed
         agreement fails the comparison).  The statistics are left as they are.  Off: ``verdict`` unchanged."""
@@ -357,15 +373,21 @@ class Acceptance:
         walls = [o.row.get("wall_s") for o in outcomes]
         aa_r = probe_repeat("aa", s.repeats)
         where = "another server run" if matrix.interleaves(s) and aa_r != 1 else "the same server"
+        # speculative decoding vs none: both sides one request at a time (its own numerics, no batch composition)
+        spec = matrix.speculative_pair(base, cand)
+        roles = ("aa", "aa", "ab") if spec else ("ab", "ab", "aa")
         agr = judge_dirs(
-            point_dir(base, "ab"),
-            point_dir(cand, "ab"),
-            point_dir(base, "aa"),
-            s.agreement_min,
+            point_dir(base, roles[0]),
+            point_dir(cand, roles[1]),
+            point_dir(base, roles[2]),
+            self.agreement_gates(base, cand),
             baseline=base,
-            candidate=cand,
-            aa_what=f"{base} repeat 1 at C={conc} vs repeat {aa_r} at C=1, {where}",
+            candidate=f"{cand} (both sides at C=1)" if spec else cand,
+            aa_what=f"{base} repeat {aa_r} at C=1 vs repeat 1 at C={conc}, {where}"
+            if spec
+            else f"{base} repeat 1 at C={conc} vs repeat {aa_r} at C=1, {where}",
             measured_s=sum(float(w) for w in walls if isinstance(w, (int, float))),
+            roles=roles,
         )
         self.agreements[str(verdict.get("id"))] = agr
         out = {**verdict, "agreement": agr.as_dict(), "message": f"{verdict.get('message', '')}; {agr.message}"}

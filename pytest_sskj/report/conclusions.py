@@ -6,8 +6,9 @@ README does for the MoE-backend A/B:
 1. the A/B outcome over every compared shape (chunk x concurrency): the candidate better on all N shapes
    (from the verdicts' outcomes, the repeat-level statistics of ``docs/verdicts.md``), or on how many it is
    not, naming them;
-2. the size of each gain, per chunk: the median-of-repeats input TPS and TTFT P50 change at each
-   concurrency (the users' table wording ``+11.00 % Input TPS / −9.92 % TTFT``);
+2. the size of each gain, per chunk: the median-of-repeats change of the run's first two compared metrics
+   (``--sskj-compare-metrics``; by default input TPS and TTFT P50, the users' table wording
+   ``+11.00 % Input TPS / −9.92 % TTFT``) at each concurrency; statements 1 and 2 for every candidate;
 3. per backend the best chunk (highest median input TPS) at each concurrency, and the grid-edge check: a best
    chunk strictly inside the chunk grid beats both neighbours, a best chunk at the grid's edge is said to
    be one (the optimum may lie beyond it);
@@ -93,8 +94,41 @@ def _medians(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], tu
     return {k: (_median(t), _median(f)) for k, (t, f) in acc.items()}
 
 
-def _ab(
-    comparisons: Sequence[Mapping[str, Any]], med: Mapping[tuple[str, int, int], Any], planned: Sequence[str]
+_DEFAULT_METRICS = ("input_throughput", "median_ttft_ms")
+
+
+def _compared(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The run's compared metrics, primary and the next one (``--sskj-compare-metrics``; the users' prefill pair)."""
+    names = tuple(str(m) for m in settings.get("compare_metrics") or ())
+    return names[:2] or _DEFAULT_METRICS
+
+
+def _metric_medians(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> dict[tuple[str, int, int], list[Any]]:
+    """(backend, chunk, C) -> the median over the passed repeats of each of ``metrics``."""
+    acc: dict[tuple[str, int, int], list[list[float]]] = {}
+    for r in rows:
+        if r.get("status") != "passed" or r.get("chunk") in (None, "") or r.get("kind") not in _SERVE_KINDS:
+            continue
+        key = (str(r.get("backend")), int(r["chunk"]), int(r.get("concurrency") or 0))
+        vals = acc.setdefault(key, [[] for _ in metrics])
+        for i, m in enumerate(metrics):
+            if isinstance(r.get(m), (int, float)):
+                vals[i].append(float(r[m]))
+    return {k: [_median(v) for v in vs] for k, vs in acc.items()}
+
+
+def _label(name: str) -> str:
+    from pytest_sskj.vocabulary import METRICS
+
+    m = METRICS.get(name)
+    return m.label if m is not None else name
+
+
+def _ab_one(
+    comparisons: Sequence[Mapping[str, Any]],
+    med: Mapping[tuple[str, int, int], list[Any]],
+    planned: Sequence[str],
+    metrics: Sequence[str],
 ) -> tuple[list[str], bool]:
     base, cand = str(comparisons[0].get("baseline")), str(comparisons[0].get("candidate"))
     outcomes = {k: "not measured" for k in planned}
@@ -107,14 +141,35 @@ def _ab(
         others = ", ".join(f"{k} {o}" for k, o in outcomes.items() if o != "better")
         head = f"{cand} is NOT better than {base} on all {n} shapes: better on {len(better)}/{n}; {others}"
     lines = [head]
+    none = [None] * len(metrics)
     for chunk in sorted({int(v["chunk"]) for v in comparisons}):
         parts = []
         for v in sorted((v for v in comparisons if int(v["chunk"]) == chunk), key=lambda v: int(v["concurrency"])):
             c = int(v["concurrency"])
-            (bt, bf), (ct, cf) = med.get((base, chunk, c), (None, None)), med.get((cand, chunk, c), (None, None))
-            parts.append(f"C={c}: {_fmt(_pct(ct, bt))} Input TPS / {_fmt(_pct(cf, bf))} TTFT P50 ({v.get('outcome')})")
+            bm, cm = med.get((base, chunk, c), none), med.get((cand, chunk, c), none)
+            deltas = " / ".join(f"{_fmt(_pct(x, y))} {_label(m)}" for m, x, y in zip(metrics, cm, bm, strict=True))
+            parts.append(f"C={c}: {deltas} ({v.get('outcome')})")
         lines.append(f"chunk {_chunk(chunk)}: {cand} vs {base} " + "; ".join(parts))
     return lines, len(better) == n
+
+
+def _ab(
+    comparisons: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
+    planned: Sequence[str],
+    settings: Mapping[str, Any],
+) -> tuple[list[str], bool]:
+    """Statements 1 and 2 for every candidate (in the order of the comparisons), in the run's compared metrics;
+    ``True`` when every candidate is better on every shape."""
+    metrics = _compared(settings)
+    med = _metric_medians(rows, metrics)
+    lines: list[str] = []
+    all_better = True
+    for cand in dict.fromkeys(str(v.get("candidate")) for v in comparisons):
+        one, better = _ab_one([v for v in comparisons if str(v.get("candidate")) == cand], med, planned, metrics)
+        lines += one
+        all_better = all_better and better
+    return lines, all_better
 
 
 def _best_chunks(med: Mapping[tuple[str, int, int], Any], backends: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
@@ -288,7 +343,7 @@ def _one_shape(
         planned = [
             f"{_chunk(ch)}/C{c}" for ch in settings.get("chunks") or () for c in settings.get("concurrencies") or ()
         ]
-        ab, all_better = _ab(comps, med, planned)
+        ab, all_better = _ab(comps, rows, planned, settings)
         statements += ab
     chunk_lines, best = _best_chunks(med, backends)
     statements += chunk_lines

@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pytest_sskj.options.row import Option
-from pytest_sskj.spec import SpecOverride
+from pytest_sskj.spec import ServerSpec, SpecOverride
 from pytest_sskj.speculative import FORM, SpecConfig, parse_speculative, split_arm
 
 if TYPE_CHECKING:
     from pytest_sskj.registry import Registry
     from pytest_sskj.settings import Settings
 
-__all__ = ["SPECULATIVE", "arm_override", "register", "speculative_config"]
+__all__ = ["SPECULATIVE", "arm_override", "register", "speculative_config", "without_speculative"]
 
 SPECULATIVE = Option(
     "speculative",
@@ -57,6 +57,23 @@ def arm_override(settings: Settings, arm: str, base: SpecOverride | None = None)
     args = get_engine(settings.engine).speculative_args(cfg)
     o = base or SpecOverride()
     return replace(o, server_args=(*o.server_args, *args), labels=(*o.labels, ("speculative", str(cfg))))
+
+
+def without_speculative(settings: Settings, arm: str, spec: ServerSpec) -> ServerSpec:
+    """``spec`` (the server of ``arm``) without what :func:`arm_override` added: the server its plain backend
+    would run.  Two arms that differ only in their speculative configuration then have equal specs -- the
+    comparability check's view of an A/B whose one changed dimension is speculative decoding."""
+    cfg = speculative_config(settings, arm)
+    if cfg is None:
+        return spec
+    from pytest_sskj.engines import get_engine
+
+    args = get_engine(settings.engine).speculative_args(cfg)
+    n = len(args)
+    if n and tuple(spec.extra_args[-n:]) != args:
+        raise ValueError(f"server spec of arm {arm} does not end with its speculative flags {args}")
+    labels = tuple((k, v) for k, v in spec.labels if k != "speculative")
+    return spec.with_(extra_args=tuple(spec.extra_args[: len(spec.extra_args) - n]), labels=labels)
 
 
 def _refuse(what: str, accepted: str, hint: str) -> None:

@@ -171,3 +171,34 @@ def test_the_dry_run_shows_the_speculative_servers_flags(pytester: pytest.Pytest
     out = result.stdout.str()
     assert result.ret == 0 and "[marlin+dflash-chunk8192]" in out, out[-3000:]
     assert out.count("--speculative-algorithm DFLASH --speculative-draft-model-path /models/K3-DFlash") == 4, out
+
+
+def test_a_speculative_pair_is_one_backend_with_different_configurations() -> None:
+    assert matrix.speculative_pair("marlin", "marlin+dflash") and matrix.speculative_pair("marlin+a@2", "marlin+b")
+    assert not matrix.speculative_pair("marlin", "flashinfer_mxfp4+dflash")
+    assert not matrix.speculative_pair("marlin+dflash", "marlin+dflash@2")  # its A/A control
+    assert matrix.arm_backend("marlin+dflash@2") == "marlin" and matrix.arm_config("marlin+dflash@2") == "marlin+dflash"
+
+
+def _probe(d: Path, role: str, conc: int, tokens: list[list[int] | None]) -> None:
+    from pytest_sskj.acceptance.agreement_dialects import Probe, save_probe
+
+    d.mkdir(parents=True, exist_ok=True)
+    save_probe(d, Probe(role, "llamacpp", conc, 4, 1, 0.1, tokens, [None] * len(tokens), d.name))
+
+
+def test_speculative_outputs_are_judged_one_request_at_a_time_and_must_be_identical(tmp_path: Path) -> None:
+    from pytest_sskj.acceptance.agreement import AgreementGate, judge_dirs
+
+    same = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    base1, base2, cand2 = tmp_path / "base-r1", tmp_path / "base-r2", tmp_path / "cand-r2"
+    _probe(base1, "ab", 8, [[1, 2, 3, 4], [5, 6, 9, 9]])  # at C=8 the engine's batching flips prompt 1
+    _probe(base2, "aa", 1, same)
+    _probe(cand2, "aa", 1, [[1, 2, 3, 4], [5, 6, 7, 0]])  # the speculative side, one at a time: prompt 1 token 3
+    gates = (AgreementGate("first_token_agreement_frac", 0.95), AgreementGate("identical_seq_frac", 1.0))
+    kw = {"baseline": "parallel", "candidate": "parallel+self (both sides at C=1)", "aa_what": "-", "measured_s": 1.0}
+    bad = judge_dirs(base2, cand2, base1, gates, roles=("aa", "aa", "ab"), **kw)  # type: ignore[arg-type]
+    assert bad.passed is False and "prompt 1 at token 3 (8 vs 0)" in bad.message, bad.message
+    _probe(cand2, "aa", 1, same)
+    good = judge_dirs(base2, cand2, base1, gates, roles=("aa", "aa", "ab"), **kw)  # type: ignore[arg-type]
+    assert good.passed is True and "identical 2/2" in good.message, good.message
