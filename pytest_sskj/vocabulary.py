@@ -107,6 +107,14 @@ def _build() -> dict[str, Metric]:
     add("output_throughput", "tok/s", "output tokens of completed requests / duration", "higher", "Output TPS")
     add("total_throughput", "tok/s", "input plus output tokens / duration", "higher", "Total TPS")
     add("concurrency", "requests", "achieved concurrency: sum of E2E latencies / duration", "none", "achieved C")
+    for key, what, label in (
+        ("verify_steps", "speculative verify steps", "spec steps (requests)"),
+        ("accepted_tokens", "accepted draft tokens", "spec accepted (requests)"),
+        ("draft_tokens", "proposed draft tokens", "spec drafts (requests)"),
+    ):
+        add(f"spec_request_{key}", "tokens" if key != "verify_steps" else "steps",
+            f"{what} the server reported per completed request (SGLang meta_info), summed; None when it reports none",
+            "none", label)  # fmt: skip
     for lat, text in LATENCIES.items():
         for stat in STATS:
             direction = "none" if stat == "std" else "lower"

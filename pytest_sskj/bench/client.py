@@ -347,6 +347,8 @@ def _read_tokens(datas: list[str], endpoint: Endpoint, decoder: FrameDecoder, re
 def _note(rec: RequestRecord, info: FrameInfo) -> None:
     if info.finish_reason is not None:
         rec.finish_reason = info.finish_reason
+    if info.spec is not None:
+        rec.spec = info.spec
     if info.prompt_tokens is not None:
         rec.prompt_tokens = info.prompt_tokens
 

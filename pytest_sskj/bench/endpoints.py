@@ -57,9 +57,21 @@ class FrameInfo(NamedTuple):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str | None = None
+    spec: tuple[int, int, int] | None = None
+    """The request's speculative counts so far, where the server reports them per request (SGLang ``meta_info``:
+    ``spec_verify_ct``, ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``)."""
 
 
 _EMPTY = FrameInfo(0)
+
+
+def _spec_of(meta: dict[str, Any]) -> tuple[int, int, int] | None:
+    """SGLang's per-request speculative counts in a ``meta_info`` (present when ``spec_verify_ct > 0``)."""
+    steps = meta.get("spec_verify_ct")
+    if steps.__class__ is not int:
+        return None
+    correct, proposed = meta.get("spec_num_correct_drafts"), meta.get("spec_num_proposed_drafts")
+    return (steps, correct if correct.__class__ is int else 0, proposed if proposed.__class__ is int else 0)
 
 
 class FrameDecoder(Protocol):
@@ -226,7 +238,7 @@ class _GenerateDecoder:
                 ct,
                 error=f"request aborted by the server: {fr.get('message')}",
             )
-        return FrameInfo(new, finish, _int_or_none(meta.get("prompt_tokens")), ct)
+        return FrameInfo(new, finish, _int_or_none(meta.get("prompt_tokens")), ct, spec=_spec_of(meta))
 
     def decode_metas(self, metas: list[dict[str, Any]]) -> FrameInfo | None:
         """All frames of one read at once, from their ``meta_info`` alone (the cumulative count of the
@@ -235,7 +247,10 @@ class _GenerateDecoder:
         seen = total = self._seen
         finish: str | None = None
         prompt: int | None = None
+        spec = None
         for m in metas:
+            if "spec_verify_ct" in m:
+                spec = _spec_of(m)
             ct = m.get("completion_tokens")
             if ct.__class__ is not int or ct < total:
                 return None
@@ -252,7 +267,7 @@ class _GenerateDecoder:
             if pt.__class__ is int:
                 prompt = pt
         self._seen = total
-        return FrameInfo(total - seen, finish, prompt, total)
+        return FrameInfo(total - seen, finish, prompt, total, spec=spec)
 
 
 class BadFrame(NamedTuple):

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LATENCY_METRICS",
     "METRICS_VERSION",
+    "SPEC_REQUEST_KEYS",
     "STATS",
     "compute_metrics",
     "distribution",
@@ -81,6 +82,9 @@ STATS = _REGISTRY_STATS
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
 
 Metrics = dict[str, float | int | str | None]
+
+SPEC_REQUEST_KEYS = ("spec_request_verify_steps", "spec_request_accepted_tokens", "spec_request_draft_tokens")
+"""Per-request speculative counts (verify steps, accepted and proposed draft tokens) summed over a repeat."""
 
 PERCENTILE_CONFIDENCE = 0.95
 """The confidence at which a percentile gate must be supportable (:func:`requests_needed`)."""
@@ -225,7 +229,18 @@ def _duration(measured: Sequence[RequestRecord]) -> float | None:
     return duration if duration is not None and duration > 0 else None
 
 
+def _spec_sum(i: int) -> Callable[[_Run], int | None]:
+    """The ``i``-th per-request speculative count summed over the completed requests (None: none reported)."""
+
+    def total(r: _Run) -> int | None:
+        counts = [rec.spec[i] for rec in r.ok if rec.spec is not None]
+        return sum(counts) if counts else None
+
+    return total
+
+
 _SCALARS: dict[str, Callable[[_Run], float | int | None]] = {
+    **{key: _spec_sum(i) for i, key in enumerate(SPEC_REQUEST_KEYS)},
     "completed": lambda r: len(r.ok),
     "failed": lambda r: len(r.measured) - len(r.ok),
     "duration": lambda r: r.duration,

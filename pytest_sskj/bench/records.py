@@ -51,6 +51,9 @@ class RequestRecord:
     completion_tokens: int | None = None
     """Server-reported completion tokens (None when the server did not say)."""
     finish_reason: str | None = None
+    spec: tuple[int, int, int] | None = None
+    """Server-reported speculative counts of this request: verify steps, accepted and proposed draft tokens
+    (SGLang's per-request ``meta_info``; None when the server reports none)."""
     error: str | None = None
     """Transport or protocol error seen by the client (first one)."""
     failure: str | None = None

@@ -10,7 +10,8 @@ Row columns (units in the names, ``None`` when not measured, never 0):
   wall time (tok/s), ``server_client_throughput_diff_pct``: how far the client's ``output_throughput``
   is from it, in percent of the server's;
 - ``spec_verify_steps``, ``spec_draft_tokens``, ``spec_accepted_tokens``: the engine's speculative-decoding counter
-  deltas over the phase (vLLM's and llama.cpp's ``spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total``),
+  deltas over the phase (vLLM's and llama.cpp's ``spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total``;
+  SGLang exports no such counter: its per-request ``meta_info`` counts summed over the completed requests),
   ``spec_accept_rate``: accepted / draft tokens (a fraction, without the bonus token), ``spec_accept_length``: 1 +
   accepted / steps (tokens per verification step, the bonus token included: vLLM's "mean acceptance length");
   ``None`` when the engine exports no such counter or proposed no draft (speculative decoding off);
@@ -134,14 +135,20 @@ SPEC_COLUMNS = ("spec_verify_steps", "spec_draft_tokens", "spec_accepted_tokens"
                 "spec_accept_length")  # fmt: skip
 
 
-def _spec_columns(tel: PointTelemetry) -> dict[str, Any]:
-    """The speculative-decoding columns (module docstring) from the first and last ``/metrics`` samples."""
+def _spec_columns(tel: PointTelemetry, client: Mapping[str, Any]) -> dict[str, Any]:
+    """The speculative-decoding columns (module docstring) from the first and last ``/metrics`` samples; where the
+    engine exports no counters (SGLang: gauges only), from its per-request counts the client summed."""
     counted = [c for r in tel.records if r.get("source") == "metrics" and (c := spec_counters(r.get("values") or {}))]
     cols: dict[str, Any] = dict.fromkeys(SPEC_COLUMNS)
-    if len(counted) < 2:
+    per_request = [client.get(k) for k in ("spec_request_verify_steps", "spec_request_accepted_tokens",
+                                            "spec_request_draft_tokens")]  # fmt: skip
+    if len(counted) >= 2:
+        first, last = counted[0], counted[-1]
+        delta = {k: last.get(k, 0.0) - first.get(k, 0.0) for k in ("steps", "draft", "accepted")}
+    elif all(isinstance(v, int) for v in per_request):
+        delta = dict(zip(("steps", "accepted", "draft"), map(float, per_request), strict=True))  # type: ignore[arg-type]
+    else:
         return cols
-    first, last = counted[0], counted[-1]
-    delta = {k: last.get(k, 0.0) - first.get(k, 0.0) for k in ("steps", "draft", "accepted")}
     if delta["draft"] <= 0:
         return cols
     cols.update(
@@ -163,7 +170,7 @@ def summarise(
     return {
         **gpu,
         **srv,
-        **_spec_columns(tel),
+        **_spec_columns(tel, client),
         "telemetry_flags": [*sflags, *gflags],
         "telemetry_errors": list(tel.errors),
         "telemetry_file": tel.path.name,

@@ -215,6 +215,15 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if done:
             meta["e2e_latency"] = time.perf_counter() - req.arrival
+        steps, correct, proposed = req.spec
+        if steps > 0:  # sglang's per-request speculative counts (tokenizer_manager: when spec_verify_ct > 0)
+            meta.update(
+                spec_verify_ct=steps,
+                spec_num_correct_drafts=correct,
+                spec_num_proposed_drafts=proposed,
+                spec_accept_rate=correct / proposed if proposed else 0.0,
+                spec_accept_length=req.emitted / steps,
+            )
         return meta
 
     def _generate(self, req: Request, stream: bool, answer: str | None = None) -> None:

@@ -42,6 +42,7 @@ from pytest_sskj.twin.model import (
     tpot_quantiles,
     uncalibrated,
 )
+from pytest_sskj.twin.speculative import Draft
 
 __all__ = ["Request", "ServingEngine", "token_ids"]
 
@@ -70,6 +71,11 @@ class Request:
     """Prefill cost multiplier, drawn when the request's first step is cut (its position in the repeat)."""
     tpot_s: float = 0.0
     emitted: int = 0
+    draws: random.Random | None = None
+    """The draft's draw stream (a speculative server only)."""
+    spec: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """Speculative counts so far: verify steps, accepted draft tokens, proposed draft tokens (sglang's
+    ``spec_verify_ct``, ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``)."""
     first_token_at: float | None = None
     events: queue.Queue[tuple[int, bool]] = field(default_factory=queue.Queue)
     """``(tokens emitted so far, finished)`` after every emission."""
@@ -114,6 +120,7 @@ class ServingEngine:
         role: str,
         label: str,
         calibrated: bool = True,
+        draft: Draft | None = None,
     ) -> None:
         if not cells:
             raise ValueError("a serving engine needs at least one cell")
@@ -130,6 +137,8 @@ class ServingEngine:
         """Per cell: a repeat's prefill multipliers and decode-step multipliers, by position (see :meth:`_draw`)."""
         self.scale = model.time_scale
         self.seed = model.seed
+        self.draft = draft
+        self._drafted = 0
         self.chunk = chunk if chunk and chunk > 0 else 8192
         self.role = role
         self.label = label
@@ -201,6 +210,9 @@ class ServingEngine:
         mults, steps = self._spreads[cell.key]
         req.mult = mults[k % len(mults)]
         req.tpot_s = p.tpot_s * steps[k % len(steps)]
+        if self.draft is not None:
+            req.draws = self.draft.stream(self._drafted)
+            self._drafted += 1
 
     def submit_decode(self, prompt: list[int], max_new: int) -> Request:
         """A decode-role request whose KV has arrived: first token now, then its decode timeline."""
@@ -313,10 +325,25 @@ class ServingEngine:
         req.first_token_at = t
         self._emit(req)
         if req.emitted < req.max_new and self.role != "prefill":
-            self._schedule(req, t + req.tpot_s * self.scale / self._factor)
+            self._schedule(req, t + self._step_s(req))
 
-    def _emit(self, req: Request) -> None:
-        req.emitted += 1
+    def _step_s(self, req: Request) -> float:
+        """The wall seconds of ``req``'s next decode step (a verify step with a draft)."""
+        cost = self.draft.step_cost if self.draft is not None else 1.0
+        return req.tpot_s * cost * self.scale / self._factor
+
+    def _step_tokens(self, req: Request) -> int:
+        """Tokens one decode step emits: 1, or with a draft the accepted draft tokens plus the target's own."""
+        if self.draft is None or req.draws is None:
+            return 1
+        n = min(1 + self.draft.accepted(req.draws), req.max_new - req.emitted)
+        req.spec[0] += 1
+        req.spec[1] += n - 1
+        req.spec[2] += self.draft.proposed
+        return n
+
+    def _emit(self, req: Request, n: int = 1) -> None:
+        req.emitted += n
         done = req.emitted >= req.max_new or self.role == "prefill"
         if done:
             with self._lock:
@@ -343,9 +370,9 @@ class ServingEngine:
                     self._decode_cv.wait(min(0.05, due - time.perf_counter()))
                     continue
                 heapq.heappop(self._decode)
-            self._emit(req)
+            self._emit(req, self._step_tokens(req))
             if req.emitted < req.max_new:
-                self._schedule(req, due + req.tpot_s * self.scale / self._factor)
+                self._schedule(req, due + self._step_s(req))
 
 
 def _sleep_until(t: float) -> None:

@@ -27,6 +27,7 @@ from statistics import NormalDist
 from typing import Any
 
 from pytest_sskj.files import read_text_file
+from pytest_sskj.twin.speculative import SpecModel, SpecModelError, load_speculative
 
 __all__ = [
     "CELL_KEYS",
@@ -62,6 +63,7 @@ FIGURE_KEYS = (
 CELL_KEYS = (*MATCH_KEYS, *FIGURE_KEYS)
 _TOP_KEYS = (
     "name", "description", "source", "time_scale", "seed", "workload", "defaults", "cells", "faults", "accuracy",
+    "speculative",
 )  # fmt: skip
 FAULT_KEYS = ("role", "node_rank", "after_requests", "lines")
 _Z95 = 1.6448536269514722
@@ -162,6 +164,9 @@ class TwinModel:
     accuracy: Mapping[str, float] = field(default_factory=dict)
     """``[accuracy]``: the fraction of the accuracy questions each backend answers right (docs/twin.md); a backend
     not named answers every question right."""
+    speculative: SpecModel | None = None
+    """``[speculative]``: the draft's acceptance and cost (:mod:`pytest_sskj.twin.speculative`); ``None``: a server
+    launched with speculative decoding is refused at start."""
 
     def candidates(self, facts: Mapping[str, Any]) -> list[Cell]:
         """The cells of a server with these facts (role, tp, ep, dp, pp, backend, chunk)."""
@@ -492,6 +497,10 @@ def load_model(path: Path) -> TwinModel:
         raise ModelError(f"{where}: faults must be [[faults]] tables")
     faults = tuple(_fault(f, f"{where}, fault {i + 1}") for i, f in enumerate(faults_raw))
     accuracy = _accuracy(raw.get("accuracy", {}), where)
+    try:
+        speculative = load_speculative(raw.get("speculative"))
+    except SpecModelError as exc:
+        raise ModelError(f"{where}: {exc}") from None
     return TwinModel(
         name=str(raw.get("name", path.stem)),
         path=path,
@@ -502,6 +511,7 @@ def load_model(path: Path) -> TwinModel:
         description=str(raw.get("description", "")),
         faults=faults,
         accuracy=accuracy,
+        speculative=speculative,
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from pytest_sskj.twin.args import parse, resolve_real, server_info
 from pytest_sskj.twin.engine import ServingEngine
 from pytest_sskj.twin.model import Fault, ModelError, TwinModel, load_model
+from pytest_sskj.twin.speculative import Draft
 
 __all__ = ["DEFAULT_MODEL", "main", "server_facts"]
 
@@ -173,6 +174,29 @@ def _answers(model: TwinModel, backend: str | None) -> Callable[[str], str | Non
     return lambda prompt: key.answer(prompt, name)
 
 
+def _draft(model: TwinModel, info: dict[str, Any], backend: str | None) -> Draft | None:
+    """The draft of a server launched with ``--speculative-algorithm`` (``None`` without): its acceptance from the
+    model file's ``[speculative]``, its draft tokens per step as sglang resolved them (``info``: the real
+    resolution where it ran, else the flags).  A model file that cannot say is a start-up failure, as a draft
+    sglang cannot load is."""
+    algo = info.get("speculative_algorithm")
+    if not algo:
+        return None
+    spec, name = model.speculative, backend or "auto"
+    rate = spec.rate(name, str(algo)) if spec is not None else None
+    tokens = info.get("speculative_num_draft_tokens")
+    if spec is None or rate is None or not isinstance(tokens, int) or tokens < 2:
+        why = (
+            f"twin model {model.name!r} has no [speculative] acceptance for {name}/{algo}"
+            if spec is None or rate is None
+            else f"no draft token count for {algo} (give --speculative-num-draft-tokens, or resolve with real sglang)"
+        )
+        log(f"Initialization failed. speculative worker error: {why}")
+        raise SystemExit(1)
+    log(f"twin: speculative {algo}: {tokens - 1} draft token(s) per verify step, each accepted with p={rate:g}")
+    return Draft(rate, tokens - 1, spec.draft_cost, f"{model.seed}|{name}|{algo}")
+
+
 def _info(a: Any, argv: list[str]) -> dict[str, Any]:
     info = server_info(a)
     python = os.environ.get("SSKJ_TWIN_SGLANG_PYTHON", "")
@@ -210,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         calibrated = os.environ.get("SSKJ_TWIN_CALIBRATION", "on") != "off"  # off: to see what calibration buys
         if not calibrated:
             log("twin: calibration switched off (SSKJ_TWIN_CALIBRATION=off): each cell's figures at face value")
+        draft = _draft(model, info, server_facts(a)["backend"])
         engine = ServingEngine(
-            model, cells, chunk=a.chunked_prefill_size, role=role, label=label, calibrated=calibrated
+            model, cells, chunk=a.chunked_prefill_size, role=role, label=label, calibrated=calibrated, draft=draft
         )
     faults = _Faults(model.faults, role, a.node_rank)
     answers = _answers(model, server_facts(a)["backend"]) if a.node_rank == 0 else None
