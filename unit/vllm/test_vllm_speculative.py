@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -18,7 +20,9 @@ from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.speculative import parse_speculative
 
-pytestmark = pytest.mark.slow  # vLLM's config building imports the whole package (~20 s on this box)
+pytestmark = pytest.mark.slow  # vLLM's config building imports the whole package (~20 s); a real server (~80 s)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ENGINE = get_engine("vllm")
 D = "{draft}"
@@ -103,3 +107,29 @@ def test_our_check_accepts_exactly_what_vllm_builds(
             assert res["method"] == cfg.algorithm.lower() and res["tokens"] == cfg.get("draft_tokens"), (text, res)
             if cfg.get("lookup_max") is not None:
                 assert res["lookup"] == [cfg.get("lookup_min"), cfg.get("lookup_max")], (text, res)
+
+
+@pytest.mark.timeout(900)
+def test_the_real_vllms_ngram_acceptance_is_read_from_its_own_counters(tmp_path: Path) -> None:
+    """One real vLLM CPU server with ``--speculative-config`` ngram (4 draft tokens, lookup 2-4) through
+    ``pytest acceptance/``: the point's ``spec_*`` columns are the deltas of vLLM's own
+    ``vllm:spec_decode_num_*_total`` counters over the point (measured here: acceptance 0.66-0.74, 3.4-3.8 tokens
+    per step on the tiny model, whose greedy outputs repeat)."""
+    python, model = vllm_venv()
+    argv = [sys.executable, "-m", "pytest", "acceptance/test_serving.py", "-p", "no:cacheprovider", "--profile",
+            "profiles/vllm-cpu-tiny.toml", "--model-path", str(model), "--sskj-python", str(python), "--reports-dir",
+            str(tmp_path / "r"), "--run-id", "ngram", "--backend", "auto+ngram", "--sskj-speculative",
+            "ngram=ngram:draft_tokens=4,lookup_max=4,lookup_min=2", "--chunk", "2048", "--isl", "256", "--osl",
+            "64", "--repeats", "1", "--requests", "8", "-q"]  # fmt: skip
+    res = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=850, check=False)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    (row,) = [json.loads(x) for x in (tmp_path / "r" / "ngram" / "results.jsonl").read_text().splitlines()]
+    assert row["status"] == "passed" and row["backend"] == "auto+ngram", row.get("reasons")
+    assert row["spec_draft_tokens"] > 0 and row["spec_verify_steps"] > 0, row
+    assert 0.0 < row["spec_accept_rate"] <= 1.0 and row["spec_accept_length"] > 1.0, row
+    assert row["spec_request_verify_steps"] is None, "vLLM's counts come from /metrics, not per-request meta_info"
+    manifest = json.loads((tmp_path / "r" / "ngram" / "manifest.json").read_text())
+    assert manifest["settings"]["speculative"] == [
+        {"name": "ngram", "algorithm": "ngram", "draft_tokens": 4, "lookup_max": 4, "lookup_min": 2}
+    ], manifest["settings"]["speculative"]
+    assert list(manifest["identity"]) == ["auto+ngram-chunk2048"], "the server's label names the configuration"
