@@ -25,6 +25,8 @@ EXPECTED = {
     "h200/dsv4-sglang-matrix": (3, 0, 1),
     "h200/dsv4-vllm-matrix": (3, 0, 1),
     "h200/glm52-sglang-matrix": (1, 0, 1),
+    # seed 004's MTP vs default: the default server and the same with MTP, C=8, 3 repeats each
+    "h200/dsv4-vllm-mtp": (2, 6, 0),
     "p800/dsv4-sglang-matrix": (2, 0, 1),
     "pro6000/dsv4-sglang-matrix": (3, 0, 1),
     "pro6000/dsv4-vllm-matrix": (3, 0, 1),

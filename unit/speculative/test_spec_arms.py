@@ -202,3 +202,12 @@ def test_speculative_outputs_are_judged_one_request_at_a_time_and_must_be_identi
     _probe(cand2, "aa", 1, same)
     good = judge_dirs(base2, cand2, base1, gates, roles=("aa", "aa", "ab"), **kw)  # type: ignore[arg-type]
     assert good.passed is True and "identical 2/2" in good.message, good.message
+
+
+def test_the_users_mtp_profile_is_an_ab_of_the_default_server_with_and_without_mtp(pytester: pytest.Pytester) -> None:
+    profile = Path(__file__).resolve().parents[2] / "profiles" / "h200" / "dsv4-vllm-mtp.toml"
+    s = _settings(pytester, "--profile", str(profile), "--model-path", "/models/dsv4", "--tp", "8")
+    assert s.backends == ("auto", "auto+mtp") and s.compare_metrics[:2] == ("output_throughput", "median_tpot_ms")
+    arms = {p.backend: matrix.spec_for(s, p) for p in matrix.build_points(s)}
+    assert arms["auto+mtp"].extra_args[-2:] == ("--speculative-config", '{"method":"deepseek_mtp"}')
+    assert "--speculative-config" not in arms["auto"].extra_args
