@@ -46,6 +46,7 @@ from pytest_sskj.server.cpus import measured_fields
 from pytest_sskj.server.logscan import Finding
 from pytest_sskj.server.serving import Serving, ServingPool
 from pytest_sskj.server.spec import ServerSpec
+from pytest_sskj.server.speculative import uncounted
 from pytest_sskj.settings import Settings
 from pytest_sskj.telemetry import point_telemetry
 from pytest_sskj.telemetry.summary import THROUGHPUT_TOLERANCE_PCT
@@ -393,6 +394,10 @@ class PointRunner:
         row = outcome.row
         if row["reasons"]:
             self._fail(outcome, "oracle", row["reasons"].pop())
+            return
+        missing = uncounted(spec, row)
+        if missing is not None:
+            self._fail(outcome, "config", missing)
             return
         speculative_bursts(row)
         if row.get("client_bound") and not self._client_bound_allowed(outcome):

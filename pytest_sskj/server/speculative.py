@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from pytest_sskj.registry import Registry
     from pytest_sskj.settings import Settings
 
-__all__ = ["SPECULATIVE", "arm_override", "register", "speculative_config", "without_speculative"]
+__all__ = [
+    "SPECULATIVE",
+    "arm_override",
+    "register",
+    "speculative_config",
+    "uncounted",
+    "without_speculative",
+]
 
 SPECULATIVE = Option(
     "speculative",
@@ -74,6 +81,21 @@ def without_speculative(settings: Settings, arm: str, spec: ServerSpec) -> Serve
         raise ValueError(f"server spec of arm {arm} does not end with its speculative flags {args}")
     labels = tuple((k, v) for k, v in spec.labels if k != "speculative")
     return spec.with_(extra_args=tuple(spec.extra_args[: len(spec.extra_args) - n]), labels=labels)
+
+
+def uncounted(spec: ServerSpec, row: Mapping[str, object]) -> str | None:
+    """Why a speculative server's point cannot be judged: the engine counted no draft token over it (``None``: it
+    did, or the server runs no speculative decoding).  A configuration that did not take effect must not be
+    credited with (or blamed for) a speed difference."""
+    label = dict(spec.labels).get("speculative")
+    if label is None or isinstance(row.get("spec_draft_tokens"), int):
+        return None
+    return (
+        f"speculative arm {spec.label} ({label}): the engine reported no speculative decoding over the point (no "
+        "draft tokens in its /metrics spec_decode counters, nor in SGLang's per-request meta_info, which only "
+        "--sskj-endpoint generate returns): the configuration did not take effect or is not reported here; the "
+        "point is not judged as a speed-up"
+    )
 
 
 def _refuse(what: str, accepted: str, hint: str) -> None:

@@ -211,3 +211,14 @@ def test_the_users_mtp_profile_is_an_ab_of_the_default_server_with_and_without_m
     arms = {p.backend: matrix.spec_for(s, p) for p in matrix.build_points(s)}
     assert arms["auto+mtp"].extra_args[-2:] == ("--speculative-config", '{"method":"deepseek_mtp"}')
     assert "--speculative-config" not in arms["auto"].extra_args
+
+
+def test_a_speculative_point_without_the_engines_draft_counts_is_not_judged(pytester: pytest.Pytester) -> None:
+    from pytest_sskj.server.speculative import uncounted
+
+    s = _settings(pytester, *SGLANG, "--backend", "marlin,marlin+dflash", "--sskj-speculative", DFLASH)
+    specs = {p.backend: matrix.spec_for(s, p) for p in matrix.build_points(s)}
+    why = uncounted(specs["marlin+dflash"], {"spec_draft_tokens": None})
+    assert why is not None and "reported no speculative decoding" in why and "--sskj-endpoint generate" in why, why
+    assert uncounted(specs["marlin+dflash"], {"spec_draft_tokens": 120}) is None
+    assert uncounted(specs["marlin"], {"spec_draft_tokens": None}) is None
