@@ -123,16 +123,14 @@ class SpeculativeSupport:
     algorithms: tuple[str, ...]
     keys: tuple[str, ...]
     source: str
-    case_sensitive: bool = False
     needs_draft: frozenset[str] = frozenset()
     no_draft: frozenset[str] = frozenset()
     needs_tokens: frozenset[str] = frozenset()
     """Algorithms refused without ``draft_tokens``."""
 
     def canonical(self, algorithm: str) -> str | None:
-        """The engine's spelling of ``algorithm`` (``dflash`` -> ``DFLASH``), ``None`` when it has none."""
-        if self.case_sensitive:
-            return algorithm if algorithm in self.algorithms else None
+        """The engine's spelling of ``algorithm``, matched case-insensitively (``dflash`` -> ``DFLASH``), ``None``
+        when it has none."""
         return next((a for a in self.algorithms if a.lower() == algorithm.lower()), None)
 
     def problems(self, cfg: SpecConfig) -> list[str]:

@@ -75,26 +75,12 @@ def _chunk(c: Any) -> str:
     return f"{c // 1024}K" if c % 1024 == 0 else str(c)
 
 
-def _medians(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], tuple[float | None, float | None]]:
-    """(backend, chunk, C) -> median input TPS and TTFT P50 (ms) over the passed repeats."""
-    acc: dict[tuple[str, int, int], tuple[list[float], list[float]]] = {}
-    for r in rows:
-        if (
-            r.get("status") != "passed"
-            or r.get("chunk") in (None, "")
-            or r.get("kind") not in (None, "", "serve", "point")
-        ):
-            continue
-        key = (str(r.get("backend")), int(r["chunk"]), int(r.get("concurrency") or 0))
-        tps, ttft = acc.setdefault(key, ([], []))
-        if isinstance(r.get("input_throughput"), (int, float)):
-            tps.append(float(r["input_throughput"]))
-        if isinstance(r.get("median_ttft_ms"), (int, float)):
-            ttft.append(float(r["median_ttft_ms"]))
-    return {k: (_median(t), _median(f)) for k, (t, f) in acc.items()}
-
-
 _DEFAULT_METRICS = ("input_throughput", "median_ttft_ms")
+
+
+def _medians(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, int], tuple[float | None, ...]]:
+    """(backend, chunk, C) -> median input TPS and TTFT P50 (ms) over the passed repeats."""
+    return _metric_medians(rows, _DEFAULT_METRICS)
 
 
 def _compared(settings: Mapping[str, Any]) -> tuple[str, ...]:
@@ -103,7 +89,9 @@ def _compared(settings: Mapping[str, Any]) -> tuple[str, ...]:
     return names[:2] or _DEFAULT_METRICS
 
 
-def _metric_medians(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> dict[tuple[str, int, int], list[Any]]:
+def _metric_medians(
+    rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]
+) -> dict[tuple[str, int, int], tuple[float | None, ...]]:
     """(backend, chunk, C) -> the median over the passed repeats of each of ``metrics``."""
     acc: dict[tuple[str, int, int], list[list[float]]] = {}
     for r in rows:
@@ -114,7 +102,7 @@ def _metric_medians(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -
         for i, m in enumerate(metrics):
             if isinstance(r.get(m), (int, float)):
                 vals[i].append(float(r[m]))
-    return {k: [_median(v) for v in vs] for k, vs in acc.items()}
+    return {k: tuple(_median(v) for v in vs) for k, vs in acc.items()}
 
 
 def _label(name: str) -> str:
@@ -126,7 +114,7 @@ def _label(name: str) -> str:
 
 def _ab_one(
     comparisons: Sequence[Mapping[str, Any]],
-    med: Mapping[tuple[str, int, int], list[Any]],
+    med: Mapping[tuple[str, int, int], tuple[float | None, ...]],
     planned: Sequence[str],
     metrics: Sequence[str],
 ) -> tuple[list[str], bool]:
@@ -141,7 +129,7 @@ def _ab_one(
         others = ", ".join(f"{k} {o}" for k, o in outcomes.items() if o != "better")
         head = f"{cand} is NOT better than {base} on all {n} shapes: better on {len(better)}/{n}; {others}"
     lines = [head]
-    none = [None] * len(metrics)
+    none = (None,) * len(metrics)
     for chunk in sorted({int(v["chunk"]) for v in comparisons}):
         parts = []
         for v in sorted((v for v in comparisons if int(v["chunk"]) == chunk), key=lambda v: int(v["concurrency"])):

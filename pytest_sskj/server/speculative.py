@@ -51,6 +51,12 @@ def speculative_config(settings: Settings, arm: str) -> SpecConfig | None:
     return next(c for c in settings.speculative if c.name == name)
 
 
+def _flags(settings: Settings, cfg: SpecConfig) -> tuple[str, ...]:
+    from pytest_sskj.engines import get_engine
+
+    return get_engine(settings.engine).speculative_args(cfg)
+
+
 def arm_override(settings: Settings, arm: str, base: SpecOverride | None = None) -> SpecOverride | None:
     """``base`` (a layout's override, or none) with the arm's speculative flags added after its server args and
     the configuration as a label; ``base`` itself for a plain arm."""
@@ -59,9 +65,7 @@ def arm_override(settings: Settings, arm: str, base: SpecOverride | None = None)
         return base
     from dataclasses import replace
 
-    from pytest_sskj.engines import get_engine
-
-    args = get_engine(settings.engine).speculative_args(cfg)
+    args = _flags(settings, cfg)
     o = base or SpecOverride()
     return replace(o, server_args=(*o.server_args, *args), labels=(*o.labels, ("speculative", str(cfg))))
 
@@ -73,9 +77,7 @@ def without_speculative(settings: Settings, arm: str, spec: ServerSpec) -> Serve
     cfg = speculative_config(settings, arm)
     if cfg is None:
         return spec
-    from pytest_sskj.engines import get_engine
-
-    args = get_engine(settings.engine).speculative_args(cfg)
+    args = _flags(settings, cfg)
     n = len(args)
     if n and tuple(spec.extra_args[-n:]) != args:
         raise ValueError(f"server spec of arm {arm} does not end with its speculative flags {args}")
@@ -154,12 +156,8 @@ def check_speculative(s: Settings, opts: Mapping[str, Option]) -> None:
             )
 
 
-def _parse(text: str) -> tuple[SpecConfig, ...]:
-    return parse_speculative(text)
-
-
 def register(registry: Registry) -> None:
     """The ``--sskj-speculative`` row, its parser and the arms' check."""
     registry.add_options(SPECULATIVE)
-    registry.add_parser("speculative", _parse)
+    registry.add_parser("speculative", parse_speculative)
     registry.add_check(check_speculative)

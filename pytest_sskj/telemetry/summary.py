@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_sskj.bench.metrics import SPEC_REQUEST_KEYS
 from pytest_sskj.telemetry.prometheus import generation_tokens, spec_counters
 
 if TYPE_CHECKING:
@@ -140,13 +141,12 @@ def _spec_columns(tel: PointTelemetry, client: Mapping[str, Any]) -> dict[str, A
     engine exports no counters (SGLang: gauges only), from its per-request counts the client summed."""
     counted = [c for r in tel.records if r.get("source") == "metrics" and (c := spec_counters(r.get("values") or {}))]
     cols: dict[str, Any] = dict.fromkeys(SPEC_COLUMNS)
-    per_request = [client.get(k) for k in ("spec_request_verify_steps", "spec_request_accepted_tokens",
-                                            "spec_request_draft_tokens")]  # fmt: skip
+    per_request = [v for k in SPEC_REQUEST_KEYS if isinstance(v := client.get(k), int)]  # steps, accepted, drafts
     if len(counted) >= 2:
         first, last = counted[0], counted[-1]
         delta = {k: last.get(k, 0.0) - first.get(k, 0.0) for k in ("steps", "draft", "accepted")}
-    elif all(isinstance(v, int) for v in per_request):
-        delta = dict(zip(("steps", "accepted", "draft"), map(float, per_request), strict=True))  # type: ignore[arg-type]
+    elif len(per_request) == len(SPEC_REQUEST_KEYS):
+        delta = {k: float(v) for k, v in zip(("steps", "accepted", "draft"), per_request, strict=True)}
     else:
         return cols
     if delta["draft"] <= 0:

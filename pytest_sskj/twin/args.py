@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_sskj.engines.sglang import BACKENDS, PINNED_VERSION
+from pytest_sskj.engines.sglang import BACKENDS, PINNED_VERSION, resolved_algorithm
 from pytest_sskj.twin.sglang_resolve import PLATFORM
 
 __all__ = ["parse", "resolve_real", "server_info"]
@@ -99,8 +99,8 @@ def server_info(a: argparse.Namespace) -> dict[str, Any]:
         moe_dp_size=1,
         version=PINNED_VERSION,
     )
-    algo = a.speculative_algorithm  # resolved case-insensitively, NEXTN as EAGLE (sglang's spec_registry.py)
-    info["speculative_algorithm"] = None if algo is None else ("EAGLE" if algo.upper() == "NEXTN" else algo.upper())
+    algo = a.speculative_algorithm
+    info["speculative_algorithm"] = None if algo is None else resolved_algorithm(algo)
     return info
 
 
