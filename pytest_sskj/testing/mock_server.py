@@ -60,6 +60,9 @@ class MockConfig:
     itl_ms: float = 0.0
     """Per-token inter-token latency: a frame of k tokens follows the previous one after k * itl_ms."""
     tokens_per_chunk: int = 1
+    frames_per_write: int = 1
+    """Content frames sent together in one socket write (> 1: the bytes of several steps reach the client in one
+    segment, as from a server whose event loop fell behind; deterministic whatever the box's load)."""
     fault: str = "none"
     fault_every: int = 1
     """The fault hits requests number n (0-based, in arrival order) with n % fault_every == 0."""
@@ -74,8 +77,8 @@ class MockConfig:
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
             raise ValueError(f"unknown fault {self.fault!r}: choose one of {', '.join(FAULTS)}")
-        if self.tokens_per_chunk < 1 or self.fault_every < 1:
-            raise ValueError("tokens_per_chunk and fault_every must be >= 1")
+        if self.tokens_per_chunk < 1 or self.fault_every < 1 or self.frames_per_write < 1:
+            raise ValueError("tokens_per_chunk, fault_every and frames_per_write must be >= 1")
         if self.usage_chunk not in ("final", "separate"):
             raise ValueError(f"usage_chunk must be 'final' or 'separate', got {self.usage_chunk!r}")
 
@@ -315,21 +318,27 @@ async def _write_stream(
     for f in stream.head_frames():
         writer.write(_chunk(f))
     first_cum = content[0][0] if content else 0
+    pending: list[bytes] = []
     for j, (cum, frame) in enumerate(content):
         due = t_recv + (cfg.ttft_ms + (cum - first_cum) * cfg.itl_ms) / 1000.0
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        if j == len(content) // 2:
+        if j == len(content) // 2 and fault != "none":
+            writer.write(b"".join(pending))
+            pending.clear()
             ended = await _mid_stream_fault(fault, frame, writer)
             if ended is not None:
                 return ended
         t = time.perf_counter()
-        writer.write(_chunk(frame))
+        pending.append(_chunk(frame))
         if cfg.record_stamps:
             writes.append([cum, t])
-        if drain:
-            await writer.drain()
+        if len(pending) >= cfg.frames_per_write or j == len(content) - 1:
+            writer.write(b"".join(pending))
+            pending.clear()
+            if drain:
+                await writer.drain()
     for f in stream.tail_frames():
         writer.write(_chunk(f))
     writer.write(b"0\r\n\r\n")
