@@ -57,6 +57,7 @@ ASCII_KINDS = frozenset(
     {
         "int", "int0", "port", "port1", "float", "bool", "size", "size_list", "int_list", "name_list",
         "backend_list", "nodes", "choice", "slo", "agreement", "accuracy_margin", "metric_list", "size_seq", "url",
+        "size_range",
         "run_id", "ref", "name", "template", "user", "ssh_options", "layouts",
     }
 )  # fmt: skip
@@ -456,6 +457,7 @@ def accepted(opt: Option) -> str:
         "size": "a token count with optional K/M suffix: 1, 512, 16K",
         "size_list": "a comma list of sizes: 4096,8K,16k",
         "size_seq": "a size or a comma list of sizes: 16K, 1K,16K",
+        "size_range": "LO:HI, two sizes with LO below HI: 1K:256K, or none",
         "int_list": "a comma list of whole numbers: 8,16",
         "name_list": "a comma list of names: marlin,flashinfer_mxfp4",
         "backend_list": "a comma list of names, baseline first: marlin,flashinfer_mxfp4 (a name twice: A/A control)",

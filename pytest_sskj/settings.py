@@ -142,6 +142,9 @@ class Settings:
     accuracy_max_tokens: int = 256
     accuracy_min: Margin | None = None
     """``--sskj-accuracy-min``: the non-inferiority margin of every candidate (``None``: scores only)."""
+    max_context: tuple[int, int] | None = None
+    """``--sskj-max-context``: the (LO, HI) input lengths of the max-context probe (``None``: no probe)."""
+    max_context_timeout_s: float = 300.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Where each setting came from: ``cli``, ``env``, ``ini``, ``profile``, ``engine`` or ``default``."""
 

@@ -12,7 +12,7 @@ meets the layers above it; :mod:`pytest_sskj.settings` imports none of them.
 from __future__ import annotations
 
 from pytest_sskj import combination, engines, profile, slo, validate
-from pytest_sskj.acceptance import agreement
+from pytest_sskj.acceptance import agreement, context
 from pytest_sskj.acceptance import options as acceptance_options
 from pytest_sskj.accuracy import options as accuracy_options
 from pytest_sskj.deploy import layouts
@@ -33,6 +33,7 @@ SUBSYSTEMS = (
     deploy_options,
     acceptance_options,
     accuracy_options,
+    context,
     gpu_options,
     report_options,
     history_options,

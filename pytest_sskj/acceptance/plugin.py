@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sskj.acceptance import accuracy, matrix
+from pytest_sskj.acceptance import accuracy, context, matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.session import ACCEPTANCE_KEY, Acceptance, SiteDefaults, get_acceptance
 from pytest_sskj.acceptance.summary import overhead_line, summary_lines  # imported early, not at session end
@@ -46,6 +46,7 @@ PARAMS = (
     "sskj_search_config",
     "sskj_accuracy",
     "sskj_accuracy_comparison",
+    "sskj_max_context",
 )
 """The parameters this plugin generates, in the order their tests run."""
 
@@ -118,6 +119,7 @@ _GENERATED: Mapping[str, tuple[Callable[[Settings], Sequence[Any]], Callable[[An
     "sskj_search_config": (matrix.search_configs, _search_id, "none"),
     "sskj_accuracy": (accuracy.keys, lambda k: k.id, "no-questions"),
     "sskj_accuracy_comparison": (accuracy.comparisons, lambda c: c.id, "no-candidate"),
+    "sskj_max_context": (context.keys, lambda k: k.id, "no-probe"),
 }
 """Each parameter of :data:`PARAMS`: its values from the settings, a value's test id, the id of "none"."""
 
@@ -181,7 +183,16 @@ def _budget_s(settings: Settings, item: pytest.Item) -> float:
     points = 1 if rank <= 0 else 2 * max(settings.repeats, settings.max_repeats or 0) * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):
         points = 16
-    return settings.health_timeout_s * (1 if rank <= 0 else 2) + per_point * points
+    probe = 0.0  # a host point runs the max-context search after its bench (or the verdict serves the host point)
+    if settings.max_context is not None and rank in (0, PARAMS.index(context.PARAM)):
+        probe = context.probe_limit(*settings.max_context) * settings.max_context_timeout_s
+    return settings.health_timeout_s * (1 if rank <= 0 else 2) + per_point * points + probe
+
+
+def _not_applicable(param: str) -> Callable[[Settings, str, Any], str | None]:
+    if param in accuracy.PARAMS:
+        return accuracy.not_applicable
+    return context.not_applicable if param == context.PARAM else matrix.not_applicable
 
 
 def _deselect_not_applicable(config: pytest.Config, settings: Settings, items: list[pytest.Item]) -> None:
@@ -194,7 +205,7 @@ def _deselect_not_applicable(config: pytest.Config, settings: Settings, items: l
     for it in items:
         params = getattr(getattr(it, "callspec", None), "params", {})
         for name, value in params.items():
-            why = (accuracy.not_applicable if name in accuracy.PARAMS else matrix.not_applicable)(settings, name, value)
+            why = _not_applicable(name)(settings, name, value)
             if why is not None:
                 na[it.nodeid] = why
                 gone.append(it)

@@ -1,10 +1,12 @@
 """What a passed serving point asks of its server after its bench, while the server is still up.
 
-Two probes, neither of them measured (the next points' servers may be starting meanwhile):
+Three probes, none of them measured (the next points' servers may be starting meanwhile):
 
 * output agreement (:mod:`~pytest_sskj.acceptance.agreement`): the point's greedy probe prompts, when the run
   compares backends and this point holds one of the probe roles;
-* accuracy (:mod:`~pytest_sskj.acceptance.accuracy`): the fixed questions, when this point is its arm's host.
+* accuracy (:mod:`~pytest_sskj.acceptance.accuracy`): the fixed questions, when this point is its arm's host;
+* max context (:mod:`~pytest_sskj.acceptance.context`): the largest input served within the SLO, when this point
+  is its arm's host (last: its longest requests may leave the server out of memory).
 
 Their answers go into the point's folder; the verdicts read them there.
 """
@@ -25,6 +27,21 @@ def after_point(settings: Settings, point: Point, url: str, out_dir: Path, model
     """Run this passed point's probes against ``url`` (its server), writing into ``out_dir``."""
     agreement_probes(settings, point, url, out_dir, model)
     accuracy_questions(settings, point, url, out_dir, model)
+    context_search(settings, point, url, out_dir, model)
+
+
+def context_search(settings: Settings, point: Point, url: str, out_dir: Path, model: str | None) -> None:
+    """The max-context search, if ``point`` is its arm's host (acceptance/context.py)."""
+    from pytest_sskj.acceptance.accuracy import host_point
+    from pytest_sskj.acceptance.context import ask_point, dry_run_lines
+    from pytest_sskj.engines import get_engine
+    from pytest_sskj.report import allure
+
+    s = settings
+    if s.max_context is None or point != host_point(s, point.backend, point.layout):
+        return
+    with allure.step(dry_run_lines(s)[0].split("; asked on")[0]):
+        ask_point(s, url, get_engine(s.engine).token_ids, out_dir, model)
 
 
 def accuracy_questions(settings: Settings, point: Point, url: str, out_dir: Path, model: str | None) -> None:

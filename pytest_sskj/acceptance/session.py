@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_sskj.acceptance import accuracy as acc
-from pytest_sskj.acceptance import matrix
+from pytest_sskj.acceptance import context, matrix
 from pytest_sskj.acceptance.accuracy import AccuracyComparison, AccuracyKey
 from pytest_sskj.acceptance.agreement import AgreementVerdict
 from pytest_sskj.acceptance.comparability import fact_differences, spec_differences
@@ -406,6 +406,14 @@ class Acceptance:
         """The ``accuracy_gate`` verdict of a candidate arm against the baseline, recorded like every verdict."""
         sides = tuple(self._accuracy_side(b, comp.layout)[1:] for b in (comp.baseline, comp.candidate))
         self.record({**acc.gate_verdict(comp, self.settings, sides), "test_id": test_id})
+        return self.verdicts[-1]
+
+    def max_context(self, key: context.ContextKey, test_id: str = "") -> dict[str, Any]:
+        """The ``max_context`` verdict of one arm (its host point served now if no test has yet), recorded."""
+        host, folder, why = self._accuracy_side(key.backend, key.layout)
+        if why.endswith("a resumed point)"):
+            why = f"{host.id} kept no max-context search (measured before --sskj-max-context was given)"
+        self.record({**context.verdict(key, host, folder, why), "test_id": test_id})
         return self.verdicts[-1]
 
     def _accuracy_side(self, backend: str, layout: str | None) -> tuple[Point, Path, str]:

@@ -31,6 +31,7 @@ Kind = Literal[
     "agreement",
     "accuracy_set",
     "accuracy_margin",
+    "size_range",
     "speculative",
     "metric_list",
     "size_seq",

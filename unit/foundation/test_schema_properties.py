@@ -54,6 +54,7 @@ _KIND_BAD: dict[str, list[str]] = {
     "metric_list": ["output_tps,output_tps", "completed", "foo_ms", "output_throughput,,median_tpot_ms", "p59_ttft_ms"],
     "accuracy_set": ["gsm8k", "mmlu=/etc/hostname", "gsm8k=/nonexistent/test.jsonl", "gsm8k=/etc/hostname", "=x"],
     "speculative": ["dflash", "x=EAGLE:k=1", "x=EAGLE:steps=0", "x=EAGLE:draft=$(id)", "x=A;x=B", "=EAGLE", "x=1A"],
+    "size_range": ["1K", "4K:1K", "1K:1K", "1K:2K:4K", ":4K", "1K:", "-1:4K", "1K:99999M"],
     "accuracy_margin": ["delta>=-1", "delta>=1pt", "-1%", "delta>=-nanpt", "delta>=-100pt", "pt"],
     "run_id": ["-rf", "../elsewhere", ".hidden", "a b", "a" * 200],
     "ref": ["-rf", "a b", "a" * 200],
