@@ -58,6 +58,8 @@ class _Handler(BaseHTTPRequestHandler):
     on_request: Callable[[], None] | None = None
     """Called once per generation request received (the model's ``[[faults]]`` count them)."""
     answers: Callable[[str], str | None] | None = None
+    context_len: int | None = None
+    """The context length this server refuses past (``None``: no limit), as sglang's ``_validate_one_request``."""
     """The greedy answer to a text prompt (:class:`~pytest_sskj.twin.answers.AnswerKey` of this rank's backend);
     ``None``: the rank has no answer key and refuses text prompts."""
 
@@ -121,7 +123,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json({"model_path": mp, "tokenizer_path": mp, "is_generation": True, "weight_version": "default"})
         elif path == "/v1/models":
             name = self.info.get("served_model_name") or self.info.get("model_path")
-            self._json({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "sglang"}]})
+            card = {"id": name, "object": "model", "owned_by": "sglang", "max_model_len": self.context_len}
+            self._json({"object": "list", "data": [card]})
         elif path == "/get_load":
             self._json([{"dp_rank": 0, "num_reqs": eng.inflight if eng else 0}])
         elif path == "/flush_cache":
@@ -165,6 +168,10 @@ class _Handler(BaseHTTPRequestHandler):
         max_new = int(sp.get("max_new_tokens", 128) if path == "/generate" else body.get("max_tokens", 16))
         if answer is not None:
             max_new = max(1, min(max_new, len(answer.split())))
+        refused = self._too_long(len(prompt), max_new)
+        if refused:
+            self._json({"error": {"message": refused}}, 400)
+            return
         req = self._submit(prompt, max_new, body)
         if req is None:
             self._json({"error": {"message": f"KV of room {body.get('bootstrap_room')} never arrived"}}, 500)
@@ -173,6 +180,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._generate(req, bool(body.get("stream")), answer)
         else:
             self._completions(req, body, answer)
+
+    def _too_long(self, n: int, max_new: int) -> str:
+        """sglang 0.5.23's refusal of a request past the context length (``""``: none): the input alone at or past
+        it, or the input plus the requested output past it (no ``--allow-auto-truncate`` here)."""
+        c = self.context_len
+        if c is None:
+            return ""
+        if n >= c:
+            return f"The input ({n} tokens) is longer than the model's context length ({c} tokens)."
+        if n + max_new > c:
+            return (
+                f"Requested token count exceeds the model's maximum context length of {c} tokens. You requested a "
+                f"total of {n + max_new} tokens: {n} tokens from the input messages and {max_new} tokens for the "
+                "completion. Please reduce the number of tokens in the input messages or the completion to fit "
+                "within the limit."
+            )
+        return ""
 
     def _prompt(self, path: str, body: dict[str, Any]) -> tuple[list[int], str | None, str]:
         """The request's token ids, the answer of a text prompt (``None``: a token-id prompt) and an error
@@ -304,6 +328,7 @@ def serve(
     log: Callable[[str], None],
     on_request: Callable[[], None] | None = None,
     answers: Callable[[str], str | None] | None = None,
+    context_len: int | None = None,
 ) -> list[Any]:
     """Start this rank's HTTP server(s); returns them (``shutdown()`` each at exit).
 
@@ -311,7 +336,8 @@ def serve(
     the greedy answer to a text prompt (``None``: text prompts are refused)."""
     hook = staticmethod(on_request) if on_request is not None else None  # a plain function, not a method
     answer_hook = staticmethod(answers) if answers is not None else None
-    attrs = {"info": info, "engine": engine, "rank": a.node_rank, "on_request": hook, "answers": answer_hook}
+    attrs = {"info": info, "engine": engine, "rank": a.node_rank, "on_request": hook, "answers": answer_hook,
+             "context_len": context_len}  # fmt: skip
     handler = type("Handler", (_Handler,), attrs)
     servers = [_start(a.host, a.port, handler)]
     if engine is not None and engine.role == "prefill":

@@ -63,7 +63,7 @@ FIGURE_KEYS = (
 CELL_KEYS = (*MATCH_KEYS, *FIGURE_KEYS)
 _TOP_KEYS = (
     "name", "description", "source", "time_scale", "seed", "workload", "defaults", "cells", "faults", "accuracy",
-    "speculative",
+    "speculative", "context_length",
 )  # fmt: skip
 FAULT_KEYS = ("role", "node_rank", "after_requests", "lines")
 _Z95 = 1.6448536269514722
@@ -167,6 +167,9 @@ class TwinModel:
     speculative: SpecModel | None = None
     """``[speculative]``: the draft's acceptance and cost (:mod:`pytest_sskj.twin.speculative`); ``None``: a server
     launched with speculative decoding is refused at start."""
+    context_length: int | None = None
+    """The model's context length in tokens (sglang's ``context_len``: ``--context-length`` wins); a prompt of at
+    least that many tokens, or one whose output would run past it, is refused as sglang refuses it."""
 
     def candidates(self, facts: Mapping[str, Any]) -> list[Cell]:
         """The cells of a server with these facts (role, tp, ep, dp, pp, backend, chunk)."""
@@ -501,7 +504,9 @@ def load_model(path: Path) -> TwinModel:
         speculative = load_speculative(raw.get("speculative"))
     except SpecModelError as exc:
         raise ModelError(f"{where}: {exc}") from None
+    ctx = raw.get("context_length")
     return TwinModel(
+        context_length=None if ctx is None else int(_positive(where, "context_length", ctx, int)),
         name=str(raw.get("name", path.stem)),
         path=path,
         time_scale=float(scale),

@@ -240,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     faults = _Faults(model.faults, role, a.node_rank)
     answers = _answers(model, server_facts(a)["backend"]) if a.node_rank == 0 else None
-    servers = serve(a, info, engine, log, faults.on_request if faults.pending else None, answers)
+    context = a.context_length or model.context_length
+    if context and a.node_rank == 0:
+        log(f"twin: context length {context} tokens ({'--context-length' if a.context_length else 'model file'})")
+    servers = serve(a, info, engine, log, faults.on_request if faults.pending else None, answers, context)
     if a.node_rank == 0:
         log(f"The server is fired up and ready to roll! (http://{a.host}:{a.port})")
     else:
