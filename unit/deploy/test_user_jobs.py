@@ -27,6 +27,9 @@ EXPECTED = {
     "h200/glm52-sglang-matrix": (1, 0, 1),
     # seed 004's MTP vs default: the default server and the same with MTP, C=8, 3 repeats each
     "h200/dsv4-vllm-mtp": (2, 6, 0),
+    # seed 004's max-context-length jobs: one server, its short bench once, then the probe (test_max_context)
+    "h200/dsv4-sglang-max-context": (1, 1, 0),
+    "p800/dsv4-sglang-max-context": (1, 1, 0),
     "p800/dsv4-sglang-matrix": (2, 0, 1),
     "pro6000/dsv4-sglang-matrix": (3, 0, 1),
     "pro6000/dsv4-vllm-matrix": (3, 0, 1),
@@ -74,6 +77,10 @@ def test_every_shipped_profile_plans_the_users_job(pytester: pytest.Pytester) ->
         assert seen == (servers, points, recs), f"profile {name}: expected (servers, points, cells) = " + (
             f"{(servers, points, recs)}, planned {seen}\n{out[-3000:]}"
         )
+        probes = _tests(out, "test_max_context")
+        assert (probes == ["acceptance/test_max_context.py::test_max_context[auto-ctx]"]) == name.endswith(
+            "max-context"
+        ), f"profile {name}: a max-context job plans its probe, no other job does; planned {probes}"
         if name not in KIMI_ONLY:
             launched = out.split("test matrix", 1)[1]
             for kimi in (
