@@ -29,6 +29,7 @@ from pytest_sskj.engines.sglang_server_info import (
     attention_dp,
     expected_server_info,
     fetch_server_info,
+    flag_value,
     resolved_algorithm,
     verify_server_info,
 )
@@ -332,7 +333,7 @@ class SGLangEngine(Engine):
             out.append(f"sglang ignores {', '.join(k + '=' for k in ignored)} for {algo}: drop it")
         if algo in _SINGLE_STAGE and settings.pp != 1:
             out.append(f"sglang runs {algo} at pipeline-parallel size 1 only, not --pp {settings.pp}")
-        if algo == "UNO" and not any(a.split("=", 1)[0] == "--uno-lora-path" for a in settings.server_args):
+        if algo == "UNO" and not flag_value(settings.server_args, "--uno-lora-path"):
             out.append("UNO needs its LoRA: add --sskj-server-arg=--uno-lora-path=PATH")
         return out
 

@@ -15,6 +15,7 @@ __all__ = [
     "attention_dp",
     "expected_server_info",
     "fetch_server_info",
+    "flag_value",
     "resolved_algorithm",
     "verify_server_info",
 ]
@@ -86,7 +87,7 @@ def expected_server_info(spec: ServerSpec, info: Mapping[str, Any] | None = None
         exp["moe_runner_backend"] = spec.backend
     if spec.chunk is not None:
         exp["chunked_prefill_size"] = spec.chunk
-    algo = _flag_value(spec.extra_args, "--speculative-algorithm")
+    algo = flag_value(spec.extra_args, "--speculative-algorithm")
     if algo is not None:
         exp["speculative_algorithm"] = resolved_algorithm(algo)
     return exp
@@ -98,7 +99,7 @@ def resolved_algorithm(name: str) -> str:
     return "EAGLE" if name.upper() == "NEXTN" else name.upper()
 
 
-def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
     """The last value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``), as argparse takes it."""
     found = None
     for i, a in enumerate(argv):

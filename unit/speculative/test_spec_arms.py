@@ -125,6 +125,18 @@ def test_sglang_arms_the_engine_cannot_run_are_refused_at_parse_time(
 
 
 @pytest.mark.parametrize(
+    "lora", [("--sskj-server-arg=--uno-lora-path=/l",), ("--sskj-server-arg=--uno-lora-path", "--sskj-server-arg=/l")]
+)
+def test_uno_with_its_lora_in_either_argv_form_is_accepted(pytester: pytest.Pytester, lora: tuple[str, ...]) -> None:
+    """sglang's argparse takes ``--uno-lora-path=PATH`` and ``--uno-lora-path PATH`` alike; so does the check."""
+    s = _settings(pytester, *SGLANG, "--backend", "marlin,marlin+x", "--sskj-speculative", "x=UNO", *lora)
+    assert s.speculative[0].algorithm == "UNO", s.speculative
+    for bare in ("--sskj-server-arg=--uno-lora-path", "--sskj-server-arg=--uno-lora-path="):  # no path: no LoRA
+        err = _refused(pytester, *SGLANG, "--backend", "marlin,marlin+x", "--sskj-speculative", "x=UNO", bare)
+        assert "UNO needs its LoRA" in err, err
+
+
+@pytest.mark.parametrize(
     ("conf", "says"),
     [
         ("x=eagle:draft_tokens=3", "eagle needs a draft model"),
