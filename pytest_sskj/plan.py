@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_sskj.acceptance.accuracy import dry_run_lines as accuracy_lines
+from pytest_sskj.acceptance.budget import dry_run_lines as budget_lines
 from pytest_sskj.acceptance.context import dry_run_lines as context_lines
 from pytest_sskj.acceptance.sequential import dry_run_lines
 from pytest_sskj.engines import node_commands
@@ -113,6 +114,7 @@ def plan_lines(config: pytest.Config, settings: Settings, items: Sequence[pytest
         *dry_run_lines(s),
         *accuracy_lines(s),
         *context_lines(s),
+        *budget_lines(s),
         "",
         f"test matrix ({len(items)} tests):",
     ]

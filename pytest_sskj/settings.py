@@ -145,6 +145,10 @@ class Settings:
     max_context: tuple[int, int] | None = None
     """``--sskj-max-context``: the (LO, HI) input lengths of the max-context probe (``None``: no probe)."""
     max_context_timeout_s: float = 300.0
+    budget_prefill_tps: float = 2000.0
+    """``--sskj-budget-prefill-tps``: the floor prefill rate a point's time budget assumes (acceptance/budget.py)."""
+    budget_tpot_ms: float = 200.0
+    plan_budget_h: float = 72.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Where each setting came from: ``cli``, ``env``, ``ini``, ``profile``, ``engine`` or ``default``."""
 

@@ -12,7 +12,7 @@ meets the layers above it; :mod:`pytest_sskj.settings` imports none of them.
 from __future__ import annotations
 
 from pytest_sskj import combination, engines, profile, slo, validate
-from pytest_sskj.acceptance import agreement, context
+from pytest_sskj.acceptance import agreement, budget, context
 from pytest_sskj.acceptance import options as acceptance_options
 from pytest_sskj.accuracy import options as accuracy_options
 from pytest_sskj.deploy import layouts
@@ -43,6 +43,7 @@ SUBSYSTEMS = (
     layouts,
     profile,
     combination,
+    budget,  # the plan's time bound: after the engine and layout checks, before the reports dir is made
     validate,
 )
 """The modules whose ``register`` fills the registry, in order: the option rows first (their order is the

@@ -22,12 +22,11 @@ from typing import Any
 
 import pytest
 
-from pytest_sskj.acceptance import accuracy, context, matrix
+from pytest_sskj.acceptance import accuracy, budget, context, matrix
 from pytest_sskj.acceptance.matrix import Point
 from pytest_sskj.acceptance.session import ACCEPTANCE_KEY, Acceptance, SiteDefaults, get_acceptance
 from pytest_sskj.acceptance.summary import overhead_line, summary_lines  # imported early, not at session end
 from pytest_sskj.bench.metrics import percentile_problems
-from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import Settings
 from pytest_sskj.stash import EXTRA_KEY, SETTINGS_KEY
 
@@ -178,8 +177,8 @@ def order_note(config: pytest.Config) -> str | None:
 def _budget_s(settings: Settings, item: pytest.Item) -> float:
     """pytest-timeout's bound of one acceptance test: its server start plus its points, each point allowed
     the engine's budget or, if longer, the stall detection and teardown (the stall verdict comes first)."""
-    per_point = max(get_engine(settings.engine).point_budget_s, settings.stall_timeout_s + 30.0)
     rank = _param_rank(item)
+    per_point = _per_point_s(settings, item if rank == 0 else None)
     points = 1 if rank <= 0 else 2 * max(settings.repeats, settings.max_repeats or 0) * max(1, len(settings.chunks))
     if rank == PARAMS.index("sskj_search_config"):
         points = 16
@@ -187,6 +186,16 @@ def _budget_s(settings: Settings, item: pytest.Item) -> float:
     if settings.max_context is not None and rank in (0, PARAMS.index(context.PARAM)):
         probe = context.probe_limit(*settings.max_context) * settings.max_context_timeout_s
     return settings.health_timeout_s * (1 if rank <= 0 else 2) + per_point * points + probe
+
+
+def _per_point_s(settings: Settings, item: pytest.Item | None) -> float:
+    """A serving point's own time budget (its shape and concurrency at the floor rates: acceptance/budget.py), or
+    the longest of the plan's for a verdict test that may serve any of them."""
+    if item is not None:
+        p: Point = item.callspec.params["sskj_point"]  # type: ignore[attr-defined]
+        isl, osl = p.shape or (settings.isl, settings.osl)
+        return budget.point_budget_s(settings, isl, osl, p.concurrency)
+    return max(budget.point_budget_s(settings, i, o, c) for i, o, c in budget.cells(settings))
 
 
 def _not_applicable(param: str) -> Callable[[Settings, str, Any], str | None]:
