@@ -44,9 +44,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [it for it in items if not _is_recommendation(it)] + recs
     if not (config.pluginmanager.hasplugin("timeout") and hasattr(signal, "SIGALRM")):
         return
-    from pytest_sskj.engines import get_engine
+    from pytest_sskj.acceptance.budget import cells, point_budget_s
 
-    per_point = get_engine(settings.engine).point_budget_s
+    per_point = max(point_budget_s(settings, i, o, c) for i, o, c in cells(settings))  # its longest shape's
     steps = 16 if settings.search != "none" else 0
     budget = len(settings.layouts) * (
         settings.health_timeout_s + per_point * (settings.repeats * (len(settings.concurrencies) + 1) + steps)

@@ -79,3 +79,15 @@ def test_a_plan_past_its_time_bound_is_refused_naming_its_size(pytester: pytest.
     assert not (pytester.path / "r").exists(), "nothing may be written before the options are accepted"
     ok = _settings(pytester, "--sskj-plan-budget", "168")
     assert budget.plan_budget_s(ok)[1] == 36
+
+
+def test_the_layout_recommendation_is_allowed_its_longest_points(pytester: pytest.Pytester) -> None:
+    args = [a for a in _args(pytester, "--requests", "8", "--repeats", "1", "--layout", "tp4dp2,tp8dp1")]
+    del args[args.index("--tp") : args.index("--tp") + 2]  # each layout carries its own sizes
+    items, _ = pytester.inline_genitems(str(ACCEPTANCE), *args, "--sskj-dry-run", "-p", "no:cacheprovider")
+    recs = [it for it in items if it.name.startswith("test_recommendation[")]
+    longest = budget.point_budget_s(_settings(pytester, "--requests", "8", "--repeats", "1"), 262144, 4096, 1)
+    assert recs and longest > 2 * 3600
+    for rec in recs:  # one per shape: each may serve any of its layouts' points
+        allowed = rec.get_closest_marker("timeout").args[0]  # type: ignore[union-attr]
+        assert allowed >= 2 * longest, f"{rec.name}: 2 layouts of 256K/4K points need hours, got {allowed:.0f} s"
