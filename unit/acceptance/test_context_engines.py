@@ -13,6 +13,7 @@ token, with their own refusals kept.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,8 @@ def test_the_acceptance_run_reports_the_embedded_servers_limit(tmp_path: Path) -
     kept = json.loads((reports / "ctx" / "points" / "parallel-chunk512-c4-r1" / "max-context.json").read_text())
     assert kept["largest"] == CTX_PER_SLOT - 1 and kept["api"] == "llamacpp", kept
     assert {p["outcome"] for p in kept["probes"]} == {"accepted", "rejected"}, kept["probes"]
+    with sqlite3.connect(reports / "results.sqlite") as db:
+        rows = db.execute("select kind, passed from verdicts where run_id = 'ctx' and kind = 'max_context'").fetchall()
+    assert rows == [("max_context", 1)], f"the verdict reaches the results database like every verdict: {rows}"
+    settings = json.loads((reports / "ctx" / "manifest.json").read_text())["settings"]
+    assert settings["max_context"] == [16, 65536], settings["max_context"]
