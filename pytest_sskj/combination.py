@@ -18,7 +18,7 @@ from pytest_sskj.deploy.layouts import build_shapes, layout_problems, parse_size
 from pytest_sskj.deploy.topology import bind_run, topology_from_table
 from pytest_sskj.engines import get_engine
 from pytest_sskj.settings import usage_error, where
-from pytest_sskj.spec import SpecOverride, narrowed_settings
+from pytest_sskj.spec import narrowed_settings
 from pytest_sskj.speculative import split_arm
 from pytest_sskj.validate import check_settings
 
@@ -224,10 +224,7 @@ def _cells(s: Settings) -> list[tuple[str, Settings]]:
     builder's override (:class:`~pytest_sskj.spec.SpecOverride`, as ``acceptance/matrix.spec_for`` and
     ``deploy/deployment.group_spec`` build their specs)."""
     if s.layouts:
-        return [
-            (f"layout {x.name}", narrowed_settings(s, SpecOverride(tp=x.tp, dp=x.dp, ep=x.ep, pp=x.pp)))
-            for x in s.layouts
-        ]
+        return [(f"layout {x.name}", narrowed_settings(s, x.override())) for x in s.layouts]
     if s.deployment is None:
         return []
     return [
@@ -235,7 +232,7 @@ def _cells(s: Settings) -> list[tuple[str, Settings]]:
             f"deployment group {g.name}",
             narrowed_settings(
                 s,
-                SpecOverride(nodes=g.nodes, tp=g.tp, ep=g.ep, dp=g.dp, pp=g.pp, placement=g.placement),
+                g.override(),
                 backends=(g.backend,) if g.backend else (),
                 chunks=(g.chunk,) if g.chunk else (),
             ),

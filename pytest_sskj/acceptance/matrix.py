@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pytest_sskj.deploy.layouts import shape_id
 from pytest_sskj.engines import ENGINES
-from pytest_sskj.server.spec import ServerSpec, SpecOverride, spec_from_settings
+from pytest_sskj.server.spec import ServerSpec, spec_from_settings
 from pytest_sskj.server.speculative import arm_override
 from pytest_sskj.settings import Settings
 from pytest_sskj.speculative import split_arm
@@ -232,19 +232,7 @@ def spec_for(settings: Settings, point: Point) -> ServerSpec:
         lay = next((x for x in settings.layouts if x.name == point.layout), None)
         if lay is None:
             raise ValueError(f"point {point.id} names layout {point.layout!r}, which this run does not have")
-    override = (
-        SpecOverride(
-            tp=lay.tp,
-            dp=lay.dp,
-            ep=lay.ep,
-            pp=lay.pp,
-            server_args=lay.server_args,
-            env=lay.env,
-            labels=(("layout", lay.name),),
-        )
-        if lay is not None
-        else None
-    )
+    override = lay.override() if lay is not None else None
     # the arm ``marlin@2`` of an A/A control is a second, separate server (``instance``); ``marlin+dflash`` adds
     # the speculative configuration's flags (server/speculative.py)
     return spec_from_settings(

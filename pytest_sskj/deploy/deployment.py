@@ -17,7 +17,7 @@ import pytest
 from pytest_sskj.deploy.topology import Group, Topology
 from pytest_sskj.engines import get_engine, node_commands, router_argv
 from pytest_sskj.nodes import node_url
-from pytest_sskj.server.spec import NodeCommand, ServerSpec, SpecOverride, spec_from_settings
+from pytest_sskj.server.spec import NodeCommand, ServerSpec, spec_from_settings
 from pytest_sskj.settings import Settings
 
 __all__ = ["deployment_plan_lines", "group_spec", "launch_order", "router_command"]
@@ -49,17 +49,7 @@ def group_spec(settings: Settings, topo: Topology, group: Group) -> ServerSpec:
         s,
         backend=group.backend or _engine_backend(s.engine),
         chunk=group.chunk,
-        override=SpecOverride(
-            nodes=group.nodes,
-            tp=group.tp,
-            ep=group.ep,
-            dp=group.dp,
-            pp=group.pp,
-            placement=group.placement,
-            server_args=(*pd, *group.server_args),
-            env=group.env,
-            labels=(("group", group.name), ("role", group.role)),
-        ),
+        override=group.override(pd),
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_sskj import parsing
+from pytest_sskj.spec import SpecOverride
 
 if TYPE_CHECKING:
     from pytest_sskj.registry import Registry
@@ -51,6 +52,12 @@ class Layout:
     @property
     def sizes(self) -> str:
         return f"TP{self.tp}/DP{self.dp}/EP{self.ep}/PP{self.pp}"
+
+    def override(self) -> SpecOverride:
+        """What this layout changes of the run's server spec: its sizes, args and env, labelled with its name (the
+        one narrowing of a layout, for the spec builder and the settings checks alike)."""
+        return SpecOverride(tp=self.tp, dp=self.dp, ep=self.ep, pp=self.pp, server_args=self.server_args,
+                            env=self.env, labels=(("layout", self.name),))  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {

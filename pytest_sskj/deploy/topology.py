@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_sskj import parsing
+from pytest_sskj.spec import SpecOverride
 
 __all__ = [
     "GROUP_KEYS",
@@ -72,6 +73,14 @@ class Group:
     @property
     def sizes(self) -> str:
         return f"PP{self.pp} x TP{self.tp} x EP{self.ep}" + (f" x DP{self.dp}" if self.dp > 1 else "")
+
+    def override(self, role_args: Sequence[str] = ()) -> SpecOverride:
+        """What this group changes of the run's server spec: its nodes, sizes and placement, ``role_args`` (the
+        engine's disaggregation flags) then its own args, its env, labelled with its name and role (the one
+        narrowing of a group, for the spec builder and the settings checks alike)."""
+        return SpecOverride(nodes=self.nodes, tp=self.tp, ep=self.ep, dp=self.dp, pp=self.pp,
+                            placement=self.placement, server_args=(*role_args, *self.server_args), env=self.env,
+                            labels=(("group", self.name), ("role", self.role)))  # fmt: skip
 
     def describe(self) -> str:
         chunk = f", chunk {self.chunk}" if self.chunk else ""

@@ -129,10 +129,7 @@ def _cells(s: Settings) -> list[tuple[str, Settings]]:
     """The run's settings as each of its servers sees them (one per layout, else the run's)."""
     from pytest_sskj.spec import narrowed_settings
 
-    return [
-        (f"layout {x.name}: ", narrowed_settings(s, SpecOverride(pp=x.pp, tp=x.tp, dp=x.dp, ep=x.ep)))
-        for x in s.layouts
-    ] or [("", s)]
+    return [(f"layout {x.name}: ", narrowed_settings(s, x.override())) for x in s.layouts] or [("", s)]
 
 
 def check_speculative(s: Settings, opts: Mapping[str, Option]) -> None:
