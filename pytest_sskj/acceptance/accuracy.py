@@ -36,6 +36,7 @@ __all__ = [
     "comparisons",
     "dry_run_lines",
     "gate_verdict",
+    "host_layouts",
     "host_point",
     "keys",
     "not_applicable",
@@ -79,7 +80,8 @@ class AccuracyComparison:
         return arm_config(self.candidate) == arm_config(self.baseline)
 
 
-def _layouts(s: Settings) -> list[str | None]:
+def host_layouts(s: Settings) -> list[str | None]:
+    """The run's layouts, each once (``[None]`` without layouts): one host point per arm and layout."""
     return list(dict.fromkeys(lay for lay, _ in dimensions(s)))
 
 
@@ -87,14 +89,16 @@ def keys(s: Settings) -> list[AccuracyKey]:
     """Every arm's questions at every accuracy concurrency (none without a question set or serving points)."""
     if _no_set(s) is not None:
         return []
-    return [AccuracyKey(b, c, lay) for lay in _layouts(s) for c in s.accuracy_concurrencies for b in arms(s.backends)]
+    return [
+        AccuracyKey(b, c, lay) for lay in host_layouts(s) for c in s.accuracy_concurrencies for b in arms(s.backends)
+    ]
 
 
 def comparisons(s: Settings) -> list[AccuracyComparison]:
     """Every candidate arm against the baseline at every accuracy concurrency (A/A controls first)."""
     if _no_set(s) is not None:
         return []
-    layouts = _layouts(s)
+    layouts = host_layouts(s)
     out = [
         AccuracyComparison(s.baseline, cand, c, lay)
         for lay in layouts
@@ -147,7 +151,7 @@ def dry_run_lines(s: Settings) -> list[str]:
         return []
     ref, n, cs = s.accuracy_set, s.accuracy_questions, s.accuracy_concurrencies
     arm_list = arms(s.backends)
-    hosts = ", ".join(host_point(s, b, lay).id for lay in _layouts(s) for b in arm_list) if s.concurrencies else ""
+    hosts = ", ".join(host_point(s, b, lay).id for lay in host_layouts(s) for b in arm_list) if s.concurrencies else ""
     where = hosts or "no server (no fixed-concurrency points)"
     total = n * len(cs) * len(arm_list)
     at = ",".join(map(str, cs))
@@ -214,11 +218,12 @@ def _read(point_dir: Path, c: int) -> tuple[dict[str, Any], list[Graded]] | None
     return json.loads(summary.read_text(encoding="utf-8")), graded
 
 
-def absent(host: Point, status: str, message: str) -> str:
-    """Why ``host`` kept no answers (its status and message, as its outcome has them)."""
+def absent(host: Point, status: str, message: str, kept: str = "answers", option: str = "--sskj-accuracy-set") -> str:
+    """Why ``host`` kept no ``kept`` (its status and message, as its outcome has them; ``option``: what asks for
+    them -- the max-context search says its own)."""
     if status != "passed":
         return f"{host.id} did not pass ({message.splitlines()[0] if message else status}): no server answered"
-    return f"{host.id} kept no answers (measured before --sskj-accuracy-set was given, e.g. a resumed point)"
+    return f"{host.id} kept no {kept} (measured before {option} was given, e.g. a resumed point)"
 
 
 def score_verdict(key: AccuracyKey, host: Point, point_dir: Path, why_absent: str) -> dict[str, Any]:

@@ -10,7 +10,8 @@ concurrency and the first shape; one per layout), after its bench and its other 
 search is kept in that point's folder (``max-context.json``).  Its requests are never measured as throughput.
 
 The interface: :class:`ContextKey`, :data:`OPTIONS`, :func:`keys`, :func:`not_applicable`, :func:`dry_run_lines`,
-:func:`ttft_limit_ms`, :func:`ask_point` (the runner), :func:`verdict` (the session), :func:`register`.
+:func:`ttft_limit_ms`, :func:`describe`, :func:`ask_point` (the runner), :func:`verdict` (the session),
+:func:`register`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sskj.acceptance.matrix import Point, arms, dimensions, id_prefix
+from pytest_sskj.acceptance.accuracy import host_layouts, host_point
+from pytest_sskj.acceptance.matrix import Point, arms, id_prefix
 from pytest_sskj.options import Option
 from pytest_sskj.options.row import MAX_TOKENS
 
@@ -35,6 +37,7 @@ __all__ = [
     "PARAM",
     "ContextKey",
     "ask_point",
+    "describe",
     "dry_run_lines",
     "keys",
     "not_applicable",
@@ -111,15 +114,11 @@ class ContextKey:
         return f"{id_prefix(self.layout, None)}{self.backend}-ctx"
 
 
-def _layouts(s: Settings) -> list[str | None]:
-    return list(dict.fromkeys(lay for lay, _ in dimensions(s)))
-
-
 def keys(s: Settings) -> list[ContextKey]:
     """Every arm's probe in every layout (none without ``--sskj-max-context`` or serving points)."""
     if not_applicable(s, PARAM, True) is not None:
         return []
-    return [ContextKey(b, lay) for lay in _layouts(s) for b in arms(s.backends)]
+    return [ContextKey(b, lay) for lay in host_layouts(s) for b in arms(s.backends)]
 
 
 def not_applicable(s: Settings, param: str, value: object) -> str | None:
@@ -142,23 +141,27 @@ def probe_limit(lo: int, hi: int) -> int:
     return 4 + max(1, math.ceil(math.log2(hi - lo)))
 
 
-def dry_run_lines(s: Settings) -> list[str]:
-    """The plan's probe line: the bounds, the probes per arm at most, the time bound and where they are asked."""
-    from pytest_sskj.acceptance.accuracy import host_point
-
-    if s.max_context is None:
-        return []
+def describe(s: Settings) -> str:
+    """The search in words: the bounds, the probes per arm at most, the SLO bound and the time bound (the dry run's
+    line and the Allure step's title)."""
+    assert s.max_context is not None
     lo, hi = s.max_context
     n = probe_limit(lo, hi)
-    arm_list = arms(s.backends)
-    where = ", ".join(host_point(s, b, lay).id for lay in _layouts(s) for b in arm_list) if s.concurrencies else ""
     limit = ttft_limit_ms(s)
     slo = f"within the SLO's TTFT bound {limit:g} ms" if limit is not None else "no TTFT bound (no SLO on TTFT)"
-    budget = n * s.max_context_timeout_s
-    return [
+    return (
         f"max context: ISL {lo}..{hi} by bisection, at most {n} probes of OSL 1 per arm ({slo}), each within "
-        f"{s.max_context_timeout_s:g} s (at most {budget / 60:.0f} min per arm); asked on {where or 'no server'}"
-    ]
+        f"{s.max_context_timeout_s:g} s (at most {n * s.max_context_timeout_s / 60:.0f} min per arm)"
+    )
+
+
+def dry_run_lines(s: Settings) -> list[str]:
+    """The plan's probe line: :func:`describe` and where the probes are asked."""
+    if s.max_context is None:
+        return []
+    arm_list = arms(s.backends)
+    where = ", ".join(host_point(s, b, lay).id for lay in host_layouts(s) for b in arm_list) if s.concurrencies else ""
+    return [f"{describe(s)}; asked on {where or 'no server'}"]
 
 
 def ask_point(s: Settings, url: str, dialect: str, out_dir: Path, model: str | None) -> dict[str, Any]:

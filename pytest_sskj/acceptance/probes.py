@@ -33,14 +33,14 @@ def after_point(settings: Settings, point: Point, url: str, out_dir: Path, model
 def context_search(settings: Settings, point: Point, url: str, out_dir: Path, model: str | None) -> None:
     """The max-context search, if ``point`` is its arm's host (acceptance/context.py)."""
     from pytest_sskj.acceptance.accuracy import host_point
-    from pytest_sskj.acceptance.context import ask_point, dry_run_lines
+    from pytest_sskj.acceptance.context import ask_point, describe
     from pytest_sskj.engines import get_engine
     from pytest_sskj.report import allure
 
     s = settings
     if s.max_context is None or point != host_point(s, point.backend, point.layout):
         return
-    with allure.step(dry_run_lines(s)[0].split("; asked on")[0]):
+    with allure.step(describe(s)):
         ask_point(s, url, get_engine(s.engine).token_ids, out_dir, model)
 
 

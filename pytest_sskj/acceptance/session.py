@@ -410,16 +410,18 @@ class Acceptance:
 
     def max_context(self, key: context.ContextKey, test_id: str = "") -> dict[str, Any]:
         """The ``max_context`` verdict of one arm (its host point served now if no test has yet), recorded."""
-        host, folder, why = self._accuracy_side(key.backend, key.layout)
-        if why.endswith("a resumed point)"):
-            why = f"{host.id} kept no max-context search (measured before --sskj-max-context was given)"
+        host, folder, why = self._accuracy_side(key.backend, key.layout, ("max-context search", "--sskj-max-context"))
         self.record({**context.verdict(key, host, folder, why), "test_id": test_id})
         return self.verdicts[-1]
 
-    def _accuracy_side(self, backend: str, layout: str | None) -> tuple[Point, Path, str]:
+    def _accuracy_side(
+        self, backend: str, layout: str | None, kept: tuple[str, str] = ("answers", "--sskj-accuracy-set")
+    ) -> tuple[Point, Path, str]:
+        """The arm's host point (served now if no test has yet), its folder, and why it kept no ``kept`` (what,
+        and the option that asks for it)."""
         host = acc.host_point(self.settings, backend, layout)
         out = self.serve(host)
-        return host, self.store.point_dir(host.id), acc.absent(host, out.status, out.message)
+        return host, self.store.point_dir(host.id), acc.absent(host, out.status, out.message, *kept)
 
     def curve(self, key: CurveKey, test_id: str = "") -> Curve:
         rows = {cfg.chunk: [o.row for o in self.repeats(cfg)] for cfg in key.configs()}
